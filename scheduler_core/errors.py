@@ -1,0 +1,44 @@
+"""The library's one exception hierarchy.
+
+Every error the compiler and the search raise on purpose derives from
+:class:`SchedulerCoreError`; ``api/`` maps each class to an HTTP status once.
+"""
+
+from __future__ import annotations
+
+
+class SchedulerCoreError(Exception):
+    """Base class of every error raised on purpose by this library."""
+
+
+class InvalidWorkloadError(SchedulerCoreError, ValueError):
+    """A compute description (te expressions or DAG JSON) is malformed.
+
+    ``path`` names the offending node, e.g. ``"ops[3].body.args[1]"``.
+    """
+
+    def __init__(self, message: str, path: str = ""):
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class ScheduleError(SchedulerCoreError):
+    """A transform step is illegal on the state it is applied to."""
+
+
+class LoweringError(SchedulerCoreError):
+    """A schedule cannot be turned into a loop program."""
+
+
+class BuildError(SchedulerCoreError):
+    """Code generation or compilation of a loop program failed."""
+
+
+class RuntimeArgumentError(SchedulerCoreError, ValueError):
+    """A compiled function was called with arrays of the wrong shape/dtype/layout."""
+
+
+def check(cond: bool, msg: str, exc: type[SchedulerCoreError] = ScheduleError) -> None:
+    """Raise ``exc(msg)`` unless ``cond`` holds (tinygrad's ``check`` helper)."""
+    if not cond:
+        raise exc(msg)

@@ -1,0 +1,684 @@
+"""Scalar expression nodes shared by tensor expressions and the loop IR.
+
+Reading guide: ``Expr`` carries the Python operators; the leaves are ``IntImm``,
+``FloatImm`` and ``Var``; the interior nodes are ``BinaryOp`` (arithmetic),
+``CmpOp``, ``LogicalOp``, ``Not``, ``Select`` (if_then_else), ``Cast``, ``Call``
+(math intrinsics), ``TensorLoad`` (a read of a tensor at index expressions) and
+``Reduce`` (a commutative reduction over reduce axes).  ``Ramp``/``Broadcast``
+and ``BufferLoad`` only appear in lowered loop programs (see ``tir``).
+
+Nodes are immutable.  They hash by identity (two ``Var("i")`` are different
+variables); structural comparison is :func:`structural_equal`.  ``a == b`` on
+expressions builds a ``CmpOp`` as in TVM; its truth value is identity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator as PyIterator
+
+from .errors import InvalidWorkloadError
+
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+FLOAT_DTYPES = ("float16", "float32", "float64")
+DTYPES = INT_DTYPES + FLOAT_DTYPES + ("bool",)
+
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "pow")
+CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+INTRINSICS = (
+    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "fabs", "erf", "floor", "ceil",
+    "round", "sin", "cos", "exp2", "log2", "log10", "trunc", "abs",
+)
+REDUCERS = ("sum", "max", "min", "prod")
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INT_DTYPES
+
+
+def dtype_bits(dtype: str) -> int:
+    if dtype == "bool":
+        return 1
+    return int("".join(ch for ch in dtype if ch.isdigit()))
+
+
+def promote(a: str, b: str) -> str:
+    """The dtype of a binary op on ``a`` and ``b``: float beats int, wider beats narrower."""
+    if a == b:
+        return a
+    if a == "bool":
+        return b
+    if b == "bool":
+        return a
+    if is_float(a) != is_float(b):
+        return a if is_float(a) else b
+    return a if dtype_bits(a) >= dtype_bits(b) else b
+
+
+class Expr:
+    """Base class of expression nodes; carries ``dtype`` and Python operators."""
+
+    dtype: str
+
+    # -- arithmetic ---------------------------------------------------------
+    def __add__(self, o): return binary("add", self, o)
+    def __radd__(self, o): return binary("add", o, self)
+    def __sub__(self, o): return binary("sub", self, o)
+    def __rsub__(self, o): return binary("sub", o, self)
+    def __mul__(self, o): return binary("mul", self, o)
+    def __rmul__(self, o): return binary("mul", o, self)
+    def __truediv__(self, o): return binary("div", self, o)
+    def __rtruediv__(self, o): return binary("div", o, self)
+    def __floordiv__(self, o): return binary("floordiv", self, o)
+    def __rfloordiv__(self, o): return binary("floordiv", o, self)
+    def __mod__(self, o): return binary("floormod", self, o)
+    def __rmod__(self, o): return binary("floormod", o, self)
+    def __pow__(self, o): return binary("pow", self, o)
+    def __neg__(self): return binary("sub", const(0, self.dtype), self)
+
+    # -- comparisons (build nodes, as TVM does) -----------------------------
+    def __lt__(self, o): return compare("lt", self, o)
+    def __le__(self, o): return compare("le", self, o)
+    def __gt__(self, o): return compare("gt", self, o)
+    def __ge__(self, o): return compare("ge", self, o)
+    def __eq__(self, o): return compare("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o): return compare("ne", self, o)  # type: ignore[override]
+    __hash__ = object.__hash__
+
+    def __and__(self, o): return logical("and", self, o)
+    def __rand__(self, o): return logical("and", o, self)
+    def __or__(self, o): return logical("or", self, o)
+    def __ror__(self, o): return logical("or", o, self)
+    def __invert__(self): return Not(as_expr(self))
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "an expression has no truth value; use te.if_then_else / te.all for conditions"
+        )
+
+    def astype(self, dtype: str) -> "Expr":
+        """Cast to ``dtype`` (e.g. ``"float32"``)."""
+        return cast(dtype, self)
+
+    def __repr__(self) -> str:  # pragma: no cover - delegated to the printer
+        from .printer import expr_str
+        return expr_str(self)
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IntImm(Expr):
+    value: int
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FloatImm(Expr):
+    value: float
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Var(Expr):
+    """A scalar variable: a loop index, a symbolic shape, a scan step."""
+
+    name: str
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BinaryOp(Expr):
+    op: str  # one of BINARY_OPS
+    a: Expr
+    b: Expr
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CmpOp(Expr):
+    op: str  # one of CMP_OPS
+    a: Expr
+    b: Expr
+    dtype: str = "bool"
+
+    def __bool__(self) -> bool:
+        # Lets Python code test node identity with ``==`` / ``!=`` (TVM does the same).
+        if self.op == "eq":
+            return self.a is self.b
+        if self.op == "ne":
+            return self.a is not self.b
+        return Expr.__bool__(self)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LogicalOp(Expr):
+    op: str  # "and" | "or"
+    a: Expr
+    b: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Not(Expr):
+    a: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Select(Expr):
+    """``cond ? true_value : false_value``; only the taken branch is evaluated."""
+
+    cond: Expr
+    true_value: Expr
+    false_value: Expr
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Cast(Expr):
+    value: Expr
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Call(Expr):
+    """A pure math intrinsic (``name`` in INTRINSICS) applied elementwise."""
+
+    name: str
+    args: tuple
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IterVar:
+    """An axis of a compute: a variable with a domain ``[min, min + extent)``.
+
+    kind: ``"spatial"`` (data-parallel), ``"reduce"``, ``"scan"`` (the time axis
+    of a scan) or ``"thread"`` (a GPU thread axis from ``te.thread_axis``, whose
+    ``var.name`` is the tag such as ``"threadIdx.x"``).
+    """
+
+    var: Var
+    dom_min: Expr
+    dom_extent: Expr
+    kind: str = "spatial"
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    @property
+    def dom(self):
+        return Range(self.dom_min, self.dom_extent)
+
+    def __repr__(self) -> str:
+        return f"IterVar({self.var.name}, [{self.dom_min}, {self.dom_extent}), {self.kind})"
+
+    # Expressions may use an IterVar directly (``A[k]`` with ``k = te.reduce_axis``).
+    def _e(self) -> Var:
+        return self.var
+
+    def __add__(self, o): return self.var + o
+    def __radd__(self, o): return o + self.var
+    def __sub__(self, o): return self.var - o
+    def __rsub__(self, o): return o - self.var
+    def __mul__(self, o): return self.var * o
+    def __rmul__(self, o): return o * self.var
+    def __floordiv__(self, o): return self.var // o
+    def __mod__(self, o): return self.var % o
+    def __lt__(self, o): return self.var < o
+    def __le__(self, o): return self.var <= o
+    def __gt__(self, o): return self.var > o
+    def __ge__(self, o): return self.var >= o
+    def __eq__(self, o): return self.var == (o.var if isinstance(o, IterVar) else o)  # type: ignore[override]
+    def __ne__(self, o): return self.var != (o.var if isinstance(o, IterVar) else o)  # type: ignore[override]
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True)
+class Range:
+    min: Expr
+    extent: Expr
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TensorLoad(Expr):
+    """``tensor[indices]`` inside a compute body (TVM's ProducerLoad)."""
+
+    tensor: Any  # scheduler_core.tensor.Tensor
+    indices: tuple
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Reduce(Expr):
+    """``combiner`` over ``axis`` of ``source`` where ``condition`` holds.
+
+    combiner: ``"sum"``, ``"max"``, ``"min"`` or ``"prod"``; the identity element
+    is the initial value (0, lowest, highest, 1).
+    """
+
+    combiner: str
+    source: Expr
+    axis: tuple  # tuple[IterVar, ...]
+    condition: Expr | None = None
+    dtype: str = "float32"
+
+
+# Lowered-program-only nodes -------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Ramp(Expr):
+    """The vector ``[base, base + stride, ..., base + (lanes-1)*stride]``."""
+
+    base: Expr
+    stride: Expr
+    lanes: int
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Broadcast(Expr):
+    """``lanes`` copies of the scalar ``value``."""
+
+    value: Expr
+    lanes: int
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BufferLoad(Expr):
+    """``buffer[index]`` with a flat element ``index`` (a ``Ramp`` for vectors)."""
+
+    buffer: Any  # scheduler_core.tir.Buffer
+    index: Expr
+    dtype: str = "float32"
+    lanes: int = 1
+
+
+# ---------------------------------------------------------------------------
+# Constructors with type promotion
+# ---------------------------------------------------------------------------
+
+def const(value: Any, dtype: str | None = None) -> Expr:
+    """A constant: ``int`` -> int32, ``float`` -> float32, ``bool`` -> bool by default."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        return IntImm(int(value), dtype or "bool")
+    if dtype is None:
+        dtype = "int32" if isinstance(value, int) else "float32"
+    if is_float(dtype):
+        return FloatImm(float(value), dtype)
+    if isinstance(value, float) and not value.is_integer():
+        raise InvalidWorkloadError(f"cannot make a {dtype} constant from {value!r}")
+    return IntImm(int(value), dtype)
+
+
+def as_expr(value: Any, like: str | None = None) -> Expr:
+    """Turn a Python scalar, IterVar or Expr into an Expr (scalars take ``like``'s kind)."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, IterVar):
+        return value.var
+    if hasattr(value, "_as_expr"):
+        return value._as_expr()
+    if isinstance(value, bool):
+        return IntImm(int(value), "bool")
+    if isinstance(value, int):
+        if like is not None and like != "bool":
+            return const(value, like)
+        return IntImm(value, "int32")
+    if isinstance(value, float):
+        if like is not None and is_float(like):
+            return FloatImm(value, like)
+        return FloatImm(value, "float32")
+    import numpy as np
+    if isinstance(value, np.generic):
+        return const(value.item(), str(value.dtype))
+    raise InvalidWorkloadError(f"cannot use {type(value).__name__} {value!r} in an expression")
+
+
+def _pair(a: Any, b: Any) -> tuple[Expr, Expr]:
+    if isinstance(a, (Expr, IterVar)) or not isinstance(b, (Expr, IterVar)):
+        ea = as_expr(a)
+        eb = as_expr(b, ea.dtype)
+    else:
+        eb = as_expr(b)
+        ea = as_expr(a, eb.dtype)
+    dt = promote(ea.dtype, eb.dtype)
+    if ea.dtype != dt:
+        ea = cast(dt, ea)
+    if eb.dtype != dt:
+        eb = cast(dt, eb)
+    return ea, eb
+
+
+def binary(op: str, a: Any, b: Any) -> Expr:
+    ea, eb = _pair(a, b)
+    if op == "div" and not is_float(ea.dtype):
+        op = "floordiv"
+    return BinaryOp(op, ea, eb, ea.dtype)
+
+
+def compare(op: str, a: Any, b: Any) -> Expr:
+    ea, eb = _pair(a, b)
+    return CmpOp(op, ea, eb)
+
+
+def logical(op: str, a: Any, b: Any) -> Expr:
+    return LogicalOp(op, as_expr(a), as_expr(b))
+
+
+def cast(dtype: str, value: Any) -> Expr:
+    if dtype not in DTYPES:
+        raise InvalidWorkloadError(f"unknown dtype {dtype!r}")
+    e = as_expr(value)
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, IntImm) and dtype != "bool":
+        return const(e.value, dtype)
+    if isinstance(e, FloatImm) and is_float(dtype):
+        return FloatImm(e.value, dtype)
+    return Cast(e, dtype)
+
+
+def select(cond: Any, t: Any, f: Any) -> Expr:
+    et, ef = _pair(t, f)
+    return Select(as_expr(cond), et, ef, et.dtype)
+
+
+def call(name: str, *args: Any) -> Expr:
+    if name not in INTRINSICS:
+        raise InvalidWorkloadError(f"unknown intrinsic {name!r}")
+    exprs = tuple(as_expr(a) for a in args)
+    dtype = exprs[0].dtype
+    if not is_float(dtype) and name not in ("abs",):
+        exprs = tuple(cast("float32", e) for e in exprs)
+        dtype = "float32"
+    return Call(name, exprs, dtype)
+
+
+# ---------------------------------------------------------------------------
+# Generic traversal
+# ---------------------------------------------------------------------------
+
+def children(e: Expr) -> tuple:
+    """The direct sub-expressions of ``e`` (reduce axes are not expressions)."""
+    if isinstance(e, (BinaryOp, CmpOp, LogicalOp)):
+        return (e.a, e.b)
+    if isinstance(e, Not):
+        return (e.a,)
+    if isinstance(e, Select):
+        return (e.cond, e.true_value, e.false_value)
+    if isinstance(e, Cast):
+        return (e.value,)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, TensorLoad):
+        return e.indices
+    if isinstance(e, Reduce):
+        return (e.source,) if e.condition is None else (e.source, e.condition)
+    if isinstance(e, Ramp):
+        return (e.base, e.stride)
+    if isinstance(e, Broadcast):
+        return (e.value,)
+    if isinstance(e, BufferLoad):
+        return (e.index,)
+    return ()
+
+
+def walk(e: Expr) -> PyIterator[Expr]:
+    """Pre-order iteration over every node of ``e`` (iterative, no recursion limit)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def rebuild(e: Expr, new_children: tuple) -> Expr:
+    """``e`` with its children replaced (same order as :func:`children`)."""
+    if isinstance(e, BinaryOp):
+        return BinaryOp(e.op, new_children[0], new_children[1], e.dtype)
+    if isinstance(e, CmpOp):
+        return CmpOp(e.op, new_children[0], new_children[1])
+    if isinstance(e, LogicalOp):
+        return LogicalOp(e.op, new_children[0], new_children[1])
+    if isinstance(e, Not):
+        return Not(new_children[0])
+    if isinstance(e, Select):
+        return Select(*new_children, e.dtype)
+    if isinstance(e, Cast):
+        return Cast(new_children[0], e.dtype)
+    if isinstance(e, Call):
+        return Call(e.name, tuple(new_children), e.dtype)
+    if isinstance(e, TensorLoad):
+        return TensorLoad(e.tensor, tuple(new_children), e.dtype)
+    if isinstance(e, Reduce):
+        cond = new_children[1] if len(new_children) > 1 else None
+        return Reduce(e.combiner, new_children[0], e.axis, cond, e.dtype)
+    if isinstance(e, Ramp):
+        return Ramp(new_children[0], new_children[1], e.lanes, e.dtype)
+    if isinstance(e, Broadcast):
+        return Broadcast(new_children[0], e.lanes, e.dtype)
+    if isinstance(e, BufferLoad):
+        return BufferLoad(e.buffer, new_children[0], e.dtype, e.lanes)
+    return e
+
+
+def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Bottom-up rewrite: ``fn(node)`` returns a replacement or ``None`` to keep it.
+
+    ``fn`` sees each node *before* its children are rewritten; when it returns
+    ``None`` the children are rewritten and the node rebuilt if any changed.
+    """
+    memo: dict[int, Expr] = {}
+
+    def go(node: Expr) -> Expr:
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        out = fn(node)
+        if out is None:
+            kids = children(node)
+            if kids:
+                new = tuple(go(k) for k in kids)
+                out = node if all(a is b for a, b in zip(new, kids)) else rebuild(node, new)
+            else:
+                out = node
+        memo[key] = out
+        return out
+
+    return go(e)
+
+
+def substitute(e: Expr, mapping: dict) -> Expr:
+    """Replace variables: ``mapping`` maps ``Var`` -> ``Expr`` (by identity)."""
+    if not mapping:
+        return e
+    return transform(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+
+
+def free_vars(e: Expr) -> list:
+    """Variables used in ``e`` in first-use order (reduce axis vars included)."""
+    seen: dict[int, Var] = {}
+    for n in walk(e):
+        if isinstance(n, Var) and id(n) not in seen:
+            seen[id(n)] = n
+    return list(seen.values())
+
+
+def depth(e: Expr) -> int:
+    """The nesting depth of ``e`` (a leaf has depth 1), computed iteratively."""
+    best = 0
+    stack = [(e, 1)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in children(node))
+    return best
+
+
+def structural_equal(a: Any, b: Any) -> bool:
+    """Structural equality of expressions (variables compare by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (IntImm, FloatImm)):
+        return a.value == b.value and a.dtype == b.dtype
+    if isinstance(a, Var):
+        return False
+    if isinstance(a, Expr):
+        for fa in a.__dataclass_fields__:
+            va, vb = getattr(a, fa), getattr(b, fa)
+            if isinstance(va, tuple):
+                if len(va) != len(vb) or not all(structural_equal(x, y) for x, y in zip(va, vb)):
+                    return False
+            elif isinstance(va, (Expr, IterVar)):
+                if not structural_equal(va, vb):
+                    return False
+            elif va is not vb and va != vb:
+                return False
+        return True
+    if isinstance(a, IterVar):
+        return a.var is b.var
+    return a == b
+
+
+# ---------------------------------------------------------------------------
+# Simplification (constant folding and identities; enough for readable IR)
+# ---------------------------------------------------------------------------
+
+def _fold(op: str, x, y):
+    if op == "add": return x + y
+    if op == "sub": return x - y
+    if op == "mul": return x * y
+    if op == "div": return x / y if y != 0 else None
+    if op == "floordiv": return x // y if y != 0 else None
+    if op == "floormod": return x % y if y != 0 else None
+    if op == "min": return min(x, y)
+    if op == "max": return max(x, y)
+    if op == "pow":
+        try:
+            return x ** y
+        except (OverflowError, ZeroDivisionError):
+            return None
+    return None
+
+
+def _cmp_fold(op: str, x, y) -> bool:
+    return {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[op]
+
+
+def is_const(e: Any, value: Any = None) -> bool:
+    if not isinstance(e, (IntImm, FloatImm)):
+        return False
+    return value is None or e.value == value
+
+
+def _simplify_node(n: Expr) -> Expr:
+    if isinstance(n, BinaryOp):
+        a, b, op = n.a, n.b, n.op
+        if isinstance(a, (IntImm, FloatImm)) and isinstance(b, (IntImm, FloatImm)):
+            v = _fold(op, a.value, b.value)
+            if v is not None and (is_float(n.dtype) or isinstance(v, int)):
+                return const(v, n.dtype)
+        if op == "add":
+            if is_const(a, 0): return b
+            if is_const(b, 0): return a
+            # (x + c1) + c2 -> x + (c1 + c2)
+            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "add" and isinstance(a.b, IntImm):
+                return _simplify_node(BinaryOp("add", a.a, IntImm(a.b.value + b.value, n.dtype), n.dtype))
+        elif op == "sub":
+            if is_const(b, 0): return a
+            if a is b and not is_float(n.dtype): return IntImm(0, n.dtype)
+            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "add" and isinstance(a.b, IntImm):
+                return _simplify_node(BinaryOp("add", a.a, IntImm(a.b.value - b.value, n.dtype), n.dtype))
+        elif op == "mul":
+            if is_const(a, 1): return b
+            if is_const(b, 1): return a
+            if not is_float(n.dtype) and (is_const(a, 0) or is_const(b, 0)):
+                return IntImm(0, n.dtype)
+            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "mul" and isinstance(a.b, IntImm):
+                return BinaryOp("mul", a.a, IntImm(a.b.value * b.value, n.dtype), n.dtype)
+        elif op in ("floordiv", "div"):
+            if is_const(b, 1): return a
+            if op == "floordiv" and is_const(a, 0): return a
+        elif op == "floormod":
+            if is_const(b, 1): return IntImm(0, n.dtype)
+            if is_const(a, 0): return a
+        elif op in ("min", "max") and a is b:
+            return a
+        return n
+    if isinstance(n, CmpOp):
+        if isinstance(n.a, (IntImm, FloatImm)) and isinstance(n.b, (IntImm, FloatImm)):
+            return IntImm(int(_cmp_fold(n.op, n.a.value, n.b.value)), "bool")
+        return n
+    if isinstance(n, LogicalOp):
+        a, b = n.a, n.b
+        if n.op == "and":
+            if is_const(a, 1): return b
+            if is_const(b, 1): return a
+            if is_const(a, 0) or is_const(b, 0): return IntImm(0, "bool")
+        else:
+            if is_const(a, 0): return b
+            if is_const(b, 0): return a
+            if is_const(a, 1) or is_const(b, 1): return IntImm(1, "bool")
+        return n
+    if isinstance(n, Not) and isinstance(n.a, IntImm):
+        return IntImm(int(not n.a.value), "bool")
+    if isinstance(n, Select) and isinstance(n.cond, IntImm):
+        return n.true_value if n.cond.value else n.false_value
+    if isinstance(n, Cast) and isinstance(n.value, (IntImm, FloatImm)):
+        v = n.value.value
+        if is_float(n.dtype):
+            return FloatImm(float(v), n.dtype)
+        if n.dtype == "bool":
+            return IntImm(int(bool(v)), "bool")
+        return IntImm(int(math.trunc(v)), n.dtype)
+    return n
+
+
+def simplify(e: Expr) -> Expr:
+    """Fold constants and drop identities (``x*1``, ``x+0``, ``floordiv(x, 1)``...)."""
+    def fn(node: Expr):
+        kids = children(node)
+        if not kids:
+            return node
+        new = tuple(simplify_cached(k) for k in kids)
+        rebuilt = node if all(a is b for a, b in zip(new, kids)) else rebuild(node, new)
+        return _simplify_node(rebuilt)
+
+    memo: dict[int, Expr] = {}
+
+    def simplify_cached(node: Expr) -> Expr:
+        key = id(node)
+        if key not in memo:
+            memo[key] = fn(node)
+        return memo[key]
+
+    return simplify_cached(e)
+
+
+def const_value(e: Any) -> int | float | None:
+    """The Python value of ``e`` if it simplifies to a constant, else ``None``."""
+    if isinstance(e, (int, float)):
+        return e
+    if isinstance(e, IterVar):
+        return None
+    s = simplify(as_expr(e))
+    if isinstance(s, (IntImm, FloatImm)):
+        return s.value
+    return None
+
+
+def iter_exprs(items: Iterable[Any]) -> tuple:
+    return tuple(as_expr(x) for x in items)

@@ -1,0 +1,255 @@
+"""The tensor-expression language, spelled as TVM's ``tvm.te`` (seeds 000-004).
+
+    from scheduler_core import te
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import InvalidWorkloadError
+from .expr import (
+    Expr, FloatImm, IntImm, IterVar, LogicalOp, REDUCERS, Reduce, Var, as_expr, binary,
+    call, cast, const, is_float, select,
+)
+from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, make_iter_var
+
+__all__ = [
+    "var", "size_var", "const", "placeholder", "compute", "reduce_axis", "sum", "max", "min",
+    "prod", "if_then_else", "select", "floordiv", "floormod", "truncdiv", "min_value",
+    "max_value", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "fabs", "abs", "pow",
+    "erf", "floor", "ceil", "round", "all", "any", "scan", "create_schedule", "thread_axis",
+    "Tensor", "IterVar", "Var", "Expr",
+]
+
+_counter = itertools.count()
+
+
+def var(name: str = "v", dtype: str = "int32") -> Var:
+    """A symbolic scalar (e.g. a shape ``n``); dtype defaults to int32."""
+    return Var(name, dtype)
+
+
+size_var = var
+
+
+def _shape(shape: Any) -> tuple:
+    if isinstance(shape, (int, Expr, IterVar, np.integer)):
+        shape = (shape,)
+    out = []
+    for k, s in enumerate(shape):
+        e = as_expr(int(s) if isinstance(s, np.integer) else s)
+        if is_float(e.dtype) or e.dtype == "bool":
+            raise InvalidWorkloadError(f"shape[{k}] has dtype {e.dtype}; shapes must be integers")
+        if isinstance(e, IntImm) and e.value < 0:
+            raise InvalidWorkloadError(f"shape[{k}] is negative ({e.value})")
+        out.append(e)
+    return tuple(out)
+
+
+def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -> Tensor:
+    """An input tensor of ``shape`` (ints or ``te.var``) and ``dtype``."""
+    from .expr import DTYPES
+    if dtype not in DTYPES:
+        raise InvalidWorkloadError(f"unknown dtype {dtype!r}")
+    return PlaceholderOp(name, _shape(shape), dtype).output(0)
+
+
+def _arg_names(fcompute: Callable, n: int) -> list:
+    try:
+        params = list(inspect.signature(fcompute).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params and params[0].kind == inspect.Parameter.VAR_POSITIONAL:
+        return [f"i{k}" for k in range(n)]
+    names = [p.name for p in params][:n]
+    if len(names) != n:
+        raise InvalidWorkloadError(
+            f"fcompute takes {len(params)} index arguments but the shape has {n} dimensions"
+        )
+    return names
+
+
+def compute(shape: Any, fcompute: Callable, name: str = "compute", tag: str = "",
+            attrs: dict | None = None) -> Tensor:
+    """``out[i...] = fcompute(i...)`` over ``shape``; ``fcompute`` may return a reduction.
+
+    attrs: e.g. ``{"layout_free_placeholders": [B]}`` (seed 000).
+    """
+    shp = _shape(shape)
+    names = _arg_names(fcompute, len(shp))
+    axis = tuple(make_iter_var(nm, ext) for nm, ext in zip(names, shp))
+    body = fcompute(*[iv.var for iv in axis])
+    if isinstance(body, (list, tuple)):
+        if len(body) != 1:
+            raise InvalidWorkloadError("compute bodies with several outputs are not supported")
+        body = body[0]
+    body = as_expr(body)
+    if isinstance(body, Reduce) is False:
+        from .expr import walk
+        for n in walk(body):
+            if isinstance(n, Reduce):
+                raise InvalidWorkloadError(
+                    f"compute {name}: a reduction must be the whole body, not nested inside it"
+                )
+    return ComputeOp(name, axis, body, dict(attrs or {}), tag).output(0)
+
+
+def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
+    """A reduction axis over ``dom = (min, max)`` (max exclusive)."""
+    lo, hi = dom
+    lo_e, hi_e = as_expr(lo), as_expr(hi)
+    from .expr import simplify
+    return IterVar(Var(name, "int32"), lo_e, simplify(hi_e - lo_e), "reduce")
+
+
+def thread_axis(tag: str = "", name: str = "") -> IterVar:
+    """A GPU thread axis such as ``"blockIdx.x"`` or ``"threadIdx.x"`` (for ``bind``)."""
+    return IterVar(Var(tag or name, "int32"), IntImm(0), IntImm(0), "thread")
+
+
+def _reducer(combiner: str):
+    def reducer(expr: Any, axis: Any = None, where: Any = None, init: Any = None, *rest):
+        # te.max(a, b) / te.min(a, b) with two expressions is an elementwise op (as TVM).
+        if axis is not None and not isinstance(axis, (IterVar, list, tuple)):
+            if combiner in ("max", "min"):
+                return binary(combiner, expr, axis)
+            raise InvalidWorkloadError(f"te.{combiner}: axis must be a reduce_axis")
+        if axis is None:
+            raise InvalidWorkloadError(f"te.{combiner} needs axis=")
+        axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+        for a in axes:
+            if not isinstance(a, IterVar) or a.kind != "reduce":
+                raise InvalidWorkloadError(f"te.{combiner}: {a!r} is not a reduce_axis")
+        src = as_expr(expr)
+        cond = None if where is None else as_expr(where)
+        if init is not None:
+            raise InvalidWorkloadError(f"te.{combiner}: init= is not supported")
+        return Reduce(combiner, src, axes, cond, src.dtype)
+
+    reducer.__name__ = combiner
+    reducer.__doc__ = f"``{combiner}`` reduction of ``expr`` over ``axis`` where ``where`` holds."
+    return reducer
+
+
+sum = _reducer("sum")  # noqa: A001 - TVM's spelling
+max = _reducer("max")  # noqa: A001
+min = _reducer("min")  # noqa: A001
+prod = _reducer("prod")
+
+
+def if_then_else(cond: Any, t: Any, f: Any) -> Expr:
+    """``t`` where ``cond`` holds else ``f``; only the taken branch is evaluated."""
+    return select(cond, t, f)
+
+
+def all(*conds: Any) -> Expr:  # noqa: A001
+    out = as_expr(conds[0])
+    for c in conds[1:]:
+        out = LogicalOp("and", out, as_expr(c))
+    return out
+
+
+def any(*conds: Any) -> Expr:  # noqa: A001
+    out = as_expr(conds[0])
+    for c in conds[1:]:
+        out = LogicalOp("or", out, as_expr(c))
+    return out
+
+
+def floordiv(a: Any, b: Any) -> Expr:
+    return binary("floordiv", a, b)
+
+
+def floormod(a: Any, b: Any) -> Expr:
+    return binary("floormod", a, b)
+
+
+truncdiv = floordiv  # indices here are non-negative, where the two agree
+
+
+def min_value(dtype: str) -> Expr:
+    """The lowest finite value of ``dtype`` (``-inf`` is not used, as in TVM)."""
+    if is_float(dtype):
+        return FloatImm(float(np.finfo(dtype).min), dtype)
+    return IntImm(int(np.iinfo(dtype).min), dtype)
+
+
+def max_value(dtype: str) -> Expr:
+    if is_float(dtype):
+        return FloatImm(float(np.finfo(dtype).max), dtype)
+    return IntImm(int(np.iinfo(dtype).max), dtype)
+
+
+def _intrinsic(name: str):
+    def f(x: Any) -> Expr:
+        return call(name, x)
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}`` (float; integer inputs are cast to float32)."
+    return f
+
+
+exp = _intrinsic("exp")
+log = _intrinsic("log")
+sqrt = _intrinsic("sqrt")
+rsqrt = _intrinsic("rsqrt")
+tanh = _intrinsic("tanh")
+sigmoid = _intrinsic("sigmoid")
+fabs = _intrinsic("fabs")
+erf = _intrinsic("erf")
+floor = _intrinsic("floor")
+ceil = _intrinsic("ceil")
+round = _intrinsic("round")  # noqa: A001
+exp2 = _intrinsic("exp2")
+log2 = _intrinsic("log2")
+
+
+def abs(x: Any) -> Expr:  # noqa: A001
+    e = as_expr(x)
+    return call("fabs", e) if is_float(e.dtype) else select(e < 0, -e, e)
+
+
+def pow(x: Any, y: Any) -> Expr:  # noqa: A001
+    return binary("pow", cast("float32", x) if not is_float(as_expr(x).dtype) else x, y)
+
+
+def scan(init: Any, update: Any, state_placeholder: Any, inputs: Sequence[Tensor] | None = None,
+         name: str = "scan", tag: str = "") -> Any:
+    """A recurrence over the first axis (seed 001).
+
+    init/update/state_placeholder are tensors or equal-length lists of tensors.
+    ``update[k][t, ...]`` may read ``state_placeholder[k]`` only at steps ``< t``.
+    Returns one tensor, or a list of tensors for several states.
+    """
+    multi = isinstance(init, (list, tuple))
+    inits = tuple(init) if multi else (init,)
+    updates = tuple(update) if isinstance(update, (list, tuple)) else (update,)
+    states = tuple(state_placeholder) if isinstance(state_placeholder, (list, tuple)) else (state_placeholder,)
+    if not (len(inits) == len(updates) == len(states)):
+        raise InvalidWorkloadError("scan: init, update and state_placeholder differ in length")
+    for k, (i, u, s) in enumerate(zip(inits, updates, states)):
+        if not isinstance(s.op, PlaceholderOp):
+            raise InvalidWorkloadError(f"scan: state_placeholder[{k}] is not a placeholder")
+        if len(i.shape) != len(u.shape) or len(u.shape) != len(s.shape):
+            raise InvalidWorkloadError(f"scan: init/update/state [{k}] differ in rank")
+    init_len = inits[0].shape[0]
+    time = updates[0].shape[0]
+    axis = IterVar(Var(f"{name}.idx", "int32"), init_len, time, "scan")
+    from .expr import simplify
+    axis = IterVar(axis.var, init_len, simplify(as_expr(time) - init_len), "scan")
+    op = ScanOp(name, axis, inits, updates, states, tuple(inputs or ()))
+    outs = [op.output(k) for k in range(len(updates))]
+    return outs if multi else outs[0]
+
+
+def create_schedule(ops: Any):
+    """A schedule for the ops that produce ``ops`` (an op, a tensor or a list)."""
+    from .schedule import Schedule
+    return Schedule.create(ops)
