@@ -682,3 +682,18 @@ def const_value(e: Any) -> int | float | None:
 
 def iter_exprs(items: Iterable[Any]) -> tuple:
     return tuple(as_expr(x) for x in items)
+
+
+def reduce_identity(combiner: str, dtype: str) -> Expr:
+    """The initial value of a ``combiner`` reduction: 0, 1, lowest or highest of ``dtype``."""
+    import numpy as np
+    if combiner == "sum":
+        return const(0, dtype)
+    if combiner == "prod":
+        return const(1, dtype)
+    info = np.finfo(dtype) if is_float(dtype) else np.iinfo(dtype)
+    if combiner == "max":
+        return const(float("-inf") if is_float(dtype) else int(info.min), dtype)
+    if combiner == "min":
+        return const(float("inf") if is_float(dtype) else int(info.max), dtype)
+    raise InvalidWorkloadError(f"unknown reducer {combiner!r}")

@@ -1,0 +1,354 @@
+"""Transform steps that reshape loops: split, follow-split, fuse, reorder,
+annotate, pragma, compute location and storage alignment.
+
+Each step is a frozen dataclass with ``apply(state) -> State`` (raising
+ScheduleError with a reason when illegal) and a compact record form
+(``to_record()`` / ``step_from_record``) using Ansor's record names:
+SP, FSP, FFSP, FU, RE, AN, PR, CA, CI, CR, CHR, CHW, RF, SA.  Iterators are
+referred to by position in the stage, as in Ansor's records.  Steps that
+change the dataflow (CI, CHR, CHW, RF) live in ``dataflow_step``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass, replace
+
+from .errors import ScheduleError, check
+from .expr import IntImm, as_expr, simplify
+from .loop_state import ANNOTATIONS, FuseRel, Iterator, SplitRel, State
+
+
+def _ceildiv(a, b):
+    return simplify((as_expr(a) + (as_expr(b) - 1)) // as_expr(b))
+
+
+def _prod(xs):
+    return functools.reduce(operator.mul, xs, 1)
+
+
+def _stage_iter(state: State, stage_id: int, iter_id: int):
+    check(0 <= stage_id < len(state.stages), f"stage index {stage_id} out of range")
+    st = state.stages[stage_id]
+    check(st.op_type != "placeholder", f"stage {st.name} is a placeholder and has no loops")
+    check(st.compute_at != "inlined", f"stage {st.name} is inlined and has no loops")
+    check(0 <= iter_id < len(st.iters), f"stage {st.name} has no iterator #{iter_id}")
+    return st, st.iters[iter_id]
+
+
+def split_iterator(state: State, stage_id: int, iter_id: int, lengths: tuple,
+                   inner_to_outer: bool) -> State:
+    """Split iterator ``iter_id`` into ``len(lengths) + 1`` iterators (Ansor's DoSplitCommon)."""
+    st, it = _stage_iter(state, stage_id, iter_id)
+    check(len(lengths) >= 1, "split needs at least one length")
+    for ln in lengths:
+        check(ln is None or (isinstance(ln, int) and ln >= 1),
+              f"split lengths must be positive integers, got {lengths}")
+    known = None if any(ln is None for ln in lengths) else _prod(lengths)
+    rest = None if (known is None or it.extent is None) else _ceildiv(it.extent, known)
+    if inner_to_outer:
+        extents = (rest,) + tuple(None if ln is None else IntImm(ln) for ln in lengths)
+    else:
+        extents = tuple(None if ln is None else IntImm(ln) for ln in lengths) + (rest,)
+    names = tuple(f"{it.name}.{k}" for k in range(len(extents)))
+    taken = {i.name for i in st.iters}
+    check(not (set(names) & taken), f"split of {it.name} would reuse iterator names")
+    new_iters = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
+    iters = st.iters[:iter_id] + new_iters + st.iters[iter_id + 1:]
+    rel = SplitRel(it.name, names, tuple(lengths), inner_to_outer)
+    st = replace(st, iters=iters, relations=st.relations + (rel,))
+    # Pragmas on the split iterator move to the outermost piece.
+    prag = st.pragma_dict()
+    if it.name in prag:
+        prag[names[0]] = prag.pop(it.name)
+        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+    state = state.with_stage(stage_id, st)
+    return state.retarget_attach(stage_id, (it.name,), names[-1])
+
+
+@dataclass(frozen=True)
+class SplitStep:
+    """SP: split iterator ``iter_id`` of ``stage_id``.
+
+    lengths: inner_to_outer=True -> trip counts of the inner pieces, outermost
+    first (``split(x, factor=f)`` is ``lengths=(f,)``); False -> trip counts of
+    the outer pieces (``split(x, nparts=p)``).  extent: the iterator's extent
+    when the step was made (kept for records, as Ansor does).
+    """
+
+    stage_id: int
+    iter_id: int
+    extent: int | None
+    lengths: tuple
+    inner_to_outer: bool = True
+
+    def apply(self, state: State) -> State:
+        return split_iterator(state, self.stage_id, self.iter_id, tuple(self.lengths),
+                              self.inner_to_outer).with_step(self)
+
+    def to_record(self) -> list:
+        return ["SP", self.stage_id, self.iter_id, self.extent, list(self.lengths),
+                int(self.inner_to_outer)]
+
+
+def _src_split(state: State, src_step_id: int) -> SplitStep:
+    check(0 <= src_step_id < len(state.transform_steps), f"no step #{src_step_id} to follow")
+    src = state.transform_steps[src_step_id]
+    check(isinstance(src, SplitStep), f"step #{src_step_id} is not a split")
+    return src
+
+
+@dataclass(frozen=True)
+class FollowSplitStep:
+    """FSP: split like an earlier SplitStep ``src_step_id`` into ``n_split`` pieces.
+
+    The first ``n_split - 1`` lengths are copied; the last is the product of the
+    rest (Ansor's FollowSplitStep::ExtractSplitLengths).
+    """
+
+    stage_id: int
+    iter_id: int
+    src_step_id: int
+    n_split: int
+
+    def lengths(self, state: State) -> tuple:
+        src = _src_split(state, self.src_step_id)
+        check(1 <= self.n_split <= len(src.lengths) + 1, "n_split does not fit the followed split")
+        out = list(src.lengths[: self.n_split - 1])
+        tail = src.lengths[self.n_split - 1:]
+        out.append(None if any(t is None for t in tail) else _prod(tail))
+        return tuple(out)
+
+    def apply(self, state: State) -> State:
+        return split_iterator(state, self.stage_id, self.iter_id, self.lengths(state),
+                              True).with_step(self)
+
+    def to_record(self) -> list:
+        return ["FSP", self.stage_id, self.iter_id, self.src_step_id, self.n_split]
+
+
+@dataclass(frozen=True)
+class FollowFusedSplitStep:
+    """FFSP: split by the product of level ``level`` of several earlier splits.
+
+    factor_or_nparts: True -> the product is the inner factor, else nparts.
+    """
+
+    stage_id: int
+    iter_id: int
+    src_step_ids: tuple
+    level: int
+    factor_or_nparts: bool
+
+    def length(self, state: State) -> int | None:
+        out = 1
+        for sid in self.src_step_ids:
+            src = _src_split(state, sid)
+            check(0 <= self.level < len(src.lengths), "level out of range of the followed split")
+            if src.lengths[self.level] is None:
+                return None
+            out *= src.lengths[self.level]
+        return out
+
+    def apply(self, state: State) -> State:
+        return split_iterator(state, self.stage_id, self.iter_id, (self.length(state),),
+                              self.factor_or_nparts).with_step(self)
+
+    def to_record(self) -> list:
+        return ["FFSP", self.stage_id, self.iter_id, list(self.src_step_ids), self.level,
+                int(self.factor_or_nparts)]
+
+
+@dataclass(frozen=True)
+class FuseStep:
+    """FU: fuse consecutive iterators ``iter_ids`` (outer to inner) into one."""
+
+    stage_id: int
+    iter_ids: tuple
+
+    def apply(self, state: State) -> State:
+        check(len(self.iter_ids) >= 1, "fuse needs at least one iterator")
+        st, _ = _stage_iter(state, self.stage_id, self.iter_ids[0])
+        ids = list(self.iter_ids)
+        check(ids == list(range(ids[0], ids[0] + len(ids))),
+              f"fuse needs consecutive iterators in order, got {ids}")
+        check(ids[-1] < len(st.iters), f"stage {st.name} has no iterator #{ids[-1]}")
+        its = [st.iters[k] for k in ids]
+        kinds = {it.kind for it in its}
+        check(len(kinds) == 1, f"cannot fuse spatial with reduce iterators in {st.name}")
+        if len(its) == 1:
+            return state.with_step(self)
+        name = "@".join(it.name for it in its) + "@"
+        ext = None if any(it.extent is None for it in its) else simplify(
+            functools.reduce(operator.mul, [as_expr(it.extent) for it in its]))
+        ann = {it.annotation for it in its}
+        fused = Iterator(name, ext, its[0].kind, "none" if len(ann) > 1 else its[0].annotation)
+        iters = st.iters[: ids[0]] + (fused,) + st.iters[ids[-1] + 1:]
+        rel = FuseRel(tuple(it.name for it in its), name)
+        st = replace(st, iters=iters, relations=st.relations + (rel,))
+        prag = st.pragma_dict()
+        merged = {}
+        for it in its:
+            merged.update(prag.pop(it.name, {}))
+        if merged:
+            prag[name] = merged
+        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+        state = state.with_stage(self.stage_id, st)
+        return state.retarget_attach(self.stage_id, tuple(it.name for it in its), name).with_step(self)
+
+    def to_record(self) -> list:
+        return ["FU", self.stage_id, list(self.iter_ids)]
+
+
+@dataclass(frozen=True)
+class ReorderStep:
+    """RE: put the stage's iterators in the order ``after_ids`` (a permutation)."""
+
+    stage_id: int
+    after_ids: tuple
+
+    def apply(self, state: State) -> State:
+        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
+        st = state.stages[self.stage_id]
+        check(sorted(self.after_ids) == list(range(len(st.iters))),
+              f"reorder of {st.name} needs a permutation of 0..{len(st.iters) - 1}, got {list(self.after_ids)}")
+        iters = tuple(st.iters[k] for k in self.after_ids)
+        return state.with_stage(self.stage_id, replace(st, iters=iters)).with_step(self)
+
+    def to_record(self) -> list:
+        return ["RE", self.stage_id, list(self.after_ids)]
+
+
+@dataclass(frozen=True)
+class AnnotationStep:
+    """AN: mark an iterator unroll / vectorize / parallel / vthread / bound to a GPU axis."""
+
+    stage_id: int
+    iter_id: int
+    annotation: str
+
+    def apply(self, state: State) -> State:
+        st, it = _stage_iter(state, self.stage_id, self.iter_id)
+        check(self.annotation in ANNOTATIONS, f"unknown annotation {self.annotation!r}")
+        if self.annotation in ("parallel", "vectorize") or self.annotation.startswith(("block", "thread")):
+            check(it.kind != "reduce" or self.annotation == "vectorize" or self.annotation.startswith("thread"),
+                  f"cannot {self.annotation} the reduction iterator {it.name} of {st.name}")
+        if self.annotation == "parallel":
+            check(it.kind != "reduce", f"cannot parallelize reduction iterator {it.name}")
+        iters = list(st.iters)
+        iters[self.iter_id] = replace(it, annotation=self.annotation)
+        return state.with_stage(self.stage_id, replace(st, iters=tuple(iters))).with_step(self)
+
+    def to_record(self) -> list:
+        return ["AN", self.stage_id, self.iter_id, ANNOTATIONS.index(self.annotation)]
+
+
+@dataclass(frozen=True)
+class PragmaStep:
+    """PR: a pragma on an iterator, e.g. ``"auto_unroll_max_step$16"`` (Ansor's encoding)."""
+
+    stage_id: int
+    iter_id: int
+    pragma_type: str
+
+    def parsed(self) -> tuple:
+        key, _, val = self.pragma_type.partition("$")
+        if key == "auto_unroll_max_step":
+            check(val.isdigit(), f"auto_unroll_max_step needs an integer, got {val!r}")
+            return key, int(val)
+        if key == "unroll_explicit":
+            return key, val not in ("0", "False", "false")
+        raise ScheduleError(f"unknown pragma {key!r}")
+
+    def apply(self, state: State) -> State:
+        st, it = _stage_iter(state, self.stage_id, self.iter_id)
+        key, val = self.parsed()
+        prag = st.pragma_dict()
+        prag.setdefault(it.name, {})[key] = val
+        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+        return state.with_stage(self.stage_id, st).with_step(self)
+
+    def to_record(self) -> list:
+        return ["PR", self.stage_id, self.iter_id, self.pragma_type]
+
+
+def _reaches(state: State, src: int, dst: int) -> bool:
+    """True if stage ``dst`` (transitively) reads stage ``src``."""
+    frontier, seen = [src], set()
+    while frontier:
+        cur = frontier.pop()
+        for c in state.consumers(cur):
+            if c == dst:
+                return True
+            if c not in seen:
+                seen.add(c)
+                frontier.append(c)
+    return False
+
+
+@dataclass(frozen=True)
+class ComputeAtStep:
+    """CA: compute ``stage_id`` inside loop ``target_iter_id`` of ``target_stage_id``."""
+
+    stage_id: int
+    target_stage_id: int
+    target_iter_id: int
+
+    def apply(self, state: State) -> State:
+        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
+        st = state.stages[self.stage_id]
+        check(st.op_type == "compute", f"only compute stages can be moved; {st.name} is a {st.op_type}")
+        tgt, it = _stage_iter(state, self.target_stage_id, self.target_iter_id)
+        check(self.stage_id != self.target_stage_id, "a stage cannot be computed at itself")
+        check(tgt.compute_at != "inlined", f"target stage {tgt.name} is inlined")
+        check(_reaches(state, self.stage_id, self.target_stage_id),
+              f"{st.name} is not read (directly or through other stages) by {tgt.name}")
+        # The attach chain must not come back to this stage.
+        cur = tgt
+        while cur.compute_at == "iter":
+            check(cur.attach[0] != self.stage_id, "compute_at would make an attach cycle")
+            cur = state.stages[cur.attach[0]]
+        st = replace(st, compute_at="iter", attach=(self.target_stage_id, it.name))
+        return state.with_stage(self.stage_id, st).with_step(self)
+
+    def to_record(self) -> list:
+        return ["CA", self.stage_id, self.target_stage_id, self.target_iter_id]
+
+
+@dataclass(frozen=True)
+class ComputeRootStep:
+    """CR: compute ``stage_id`` at the root of the function."""
+
+    stage_id: int
+
+    def apply(self, state: State) -> State:
+        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
+        st = state.stages[self.stage_id]
+        check(st.op_type == "compute", f"{st.name} is not a compute stage")
+        return state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None)).with_step(self)
+
+    def to_record(self) -> list:
+        return ["CR", self.stage_id]
+
+
+@dataclass(frozen=True)
+class StorageAlignStep:
+    """SA: pad the stride of ``iter_id``'s axis so ``stride % factor == offset``."""
+
+    stage_id: int
+    iter_id: int
+    factor: int
+    offset: int
+
+    def apply(self, state: State) -> State:
+        st, it = _stage_iter(state, self.stage_id, self.iter_id)
+        names = [iv.var.name for iv in st.root]
+        check(it.name in names, f"storage_align needs a root axis; {it.name} is not one")
+        check(self.factor >= 1 and 0 <= self.offset < self.factor, "storage_align needs 0 <= offset < factor")
+        axis = names.index(it.name)
+        st = replace(st, storage_align=st.storage_align + ((axis, self.factor, self.offset),))
+        return state.with_stage(self.stage_id, st).with_step(self)
+
+    def to_record(self) -> list:
+        return ["SA", self.stage_id, self.iter_id, self.factor, self.offset]
