@@ -38,6 +38,10 @@ class RuntimeArgumentError(SchedulerCoreError, ValueError):
     """A compiled function was called with arrays of the wrong shape/dtype/layout."""
 
 
+class DeviceRuntimeError(SchedulerCoreError, RuntimeError):
+    """A compiled function failed while running (nonzero return), or its device is unusable."""
+
+
 def check(cond: bool, msg: str, exc: type[SchedulerCoreError] = ScheduleError) -> None:
     """Raise ``exc(msg)`` unless ``cond`` holds (tinygrad's ``check`` helper)."""
     if not cond:

@@ -1,0 +1,146 @@
+"""Devices: where arrays live and compiled functions run (TVM's ``tvm.cpu()``/``tvm.cuda()``).
+
+A :class:`Device` is a plain value ``(kind, index)``.  ``cpu`` devices always
+exist.  ``cuda`` devices can be named on any machine (so that a script which
+builds for ``cuda`` still imports and prints); using one to hold memory or to
+run raises :class:`~scheduler_core.errors.DeviceRuntimeError`, which says
+whether the CUDA driver is missing or the device index is out of range.
+
+Spellings accepted, as in TVM: ``cpu(0)``, ``cuda(0)``, ``device("cpu", 0)``,
+``device("llvm -mcpu=core-avx2")``, and the old ``context(target, 0)`` where an
+``llvm``/``c`` target means the CPU and ``cuda``/``nvptx`` the GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import DeviceRuntimeError
+
+DEVICE_KINDS = ("cpu", "cuda")
+# DLPack device type codes, as TVM reports them in ``Device.device_type``.
+_DLPACK_CODES = {"cpu": 1, "cuda": 2}
+_KIND_ALIASES = {
+    "cpu": "cpu", "llvm": "cpu", "c": "cpu", "stackvm": "cpu",
+    "cuda": "cuda", "gpu": "cuda", "nvptx": "cuda",
+}
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device: ``kind`` is ``"cpu"`` or ``"cuda"``, ``index`` the device number (>= 0)."""
+
+    kind: str
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEVICE_KINDS:
+            raise ValueError(f"unknown device kind {self.kind!r}; expected one of {DEVICE_KINDS}")
+        if not isinstance(self.index, int) or self.index < 0:
+            raise ValueError(f"device index must be a non-negative int, got {self.index!r}")
+
+    @property
+    def device_type(self) -> int:
+        """The DLPack device type code (1 for cpu, 2 for cuda), as TVM's ``Device``."""
+        return _DLPACK_CODES[self.kind]
+
+    @property
+    def device_id(self) -> int:
+        """TVM's name for :attr:`index`."""
+        return self.index
+
+    @property
+    def exist(self) -> bool:
+        """Whether the device can be used here (a CUDA driver that sees device ``index``)."""
+        if self.kind == "cpu":
+            return True
+        return cuda_unavailable_reason(self.index) is None
+
+    def check_usable(self) -> None:
+        """Raise ``DeviceRuntimeError`` saying why this device cannot run or hold memory.
+
+        Only the CPU is backed by this runtime; a CUDA device raises even when a
+        driver exists, since device memory is not implemented here yet.
+        """
+        if self.kind == "cpu":
+            return
+        reason = cuda_unavailable_reason(self.index)
+        if reason is None:
+            reason = "CUDA memory and kernel launch are not implemented by this runtime yet"
+        raise DeviceRuntimeError(f"device {self} cannot be used: {reason}")
+
+    def sync(self) -> None:
+        """Wait until all work queued on the device is done (a no-op for the CPU).
+
+        Raises ``DeviceRuntimeError`` for a CUDA device that cannot be used here.
+        """
+        self.check_usable()
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.index})"
+
+
+def cpu(index: int = 0) -> Device:
+    """The CPU device ``index`` (TVM's ``tvm.cpu(0)``)."""
+    return Device("cpu", index)
+
+
+def cuda(index: int = 0) -> Device:
+    """The CUDA GPU ``index`` (TVM's ``tvm.cuda(0)``); see ``Device.exist`` before using it."""
+    return Device("cuda", index)
+
+
+gpu = cuda  # TVM's old spelling
+
+
+def device(kind_or_target, index: int = 0) -> Device:
+    """A device from a kind name, a target string/object, a DLPack code or a ``Device``.
+
+    ``device("cpu", 0)``, ``device("llvm -mcpu=core-avx2")`` (a CPU), ``device("cuda", 1)``,
+    ``device(target)`` for an object with ``.kind`` (e.g. ``codegen.Target``), ``device(2)``.
+    Raises ``ValueError`` for a kind that names no device.
+    """
+    if isinstance(kind_or_target, Device):
+        return kind_or_target
+    if isinstance(kind_or_target, int):
+        for kind, code in _DLPACK_CODES.items():
+            if code == kind_or_target:
+                return Device(kind, index)
+        raise ValueError(f"unknown DLPack device type {kind_or_target}")
+    if hasattr(kind_or_target, "kind") and not isinstance(kind_or_target, str):
+        kind_or_target = kind_or_target.kind
+    text = str(kind_or_target).strip()
+    head = text.split()[0].lower() if text else ""
+    if head not in _KIND_ALIASES:
+        raise ValueError(f"cannot tell the device of {text!r}; expected cpu/llvm/c or cuda/gpu/nvptx")
+    return Device(_KIND_ALIASES[head], index)
+
+
+def context(target, index: int = 0) -> Device:
+    """TVM's old ``tvm.context(target, 0)``: the same as :func:`device`."""
+    return device(target, index)
+
+
+@lru_cache(maxsize=None)
+def cuda_unavailable_reason(index: int = 0) -> str | None:
+    """Why CUDA device ``index`` cannot be used here, or ``None`` when the driver sees it.
+
+    Asks the CUDA driver (``libcuda``) through ``cuInit``/``cuDeviceGetCount``;
+    the answer is cached for the life of the process.
+    """
+    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError:
+        return "no CUDA driver (libcuda) found on this machine"
+    if lib.cuInit(0) != 0:
+        return "the CUDA driver failed to initialise (cuInit)"
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return "the CUDA driver could not count devices"
+    if index >= count.value:
+        return f"only {count.value} CUDA device(s) present"
+    return None

@@ -1,0 +1,135 @@
+"""Arrays handed to compiled functions (TVM's ``tvm.nd``).
+
+    numpy array --array()--> NDArray (C-contiguous copy on a Device) --Module(...)--> results
+    NDArray --numpy()/asnumpy()--> numpy array (a copy)
+
+An :class:`NDArray` owns a C-contiguous numpy array in host memory; compiled
+CPU functions read and write it in place through its data pointer.  Only CPU
+arrays can be made on this runtime; asking for a CUDA array raises
+``DeviceRuntimeError`` with the reason (no driver, or not implemented).
+
+This module is meant to be used as ``sc.nd`` (``sc.nd.array``, ``sc.nd.empty``,
+``sc.nd.NDArray``, ``sc.nd.cpu``), as seeds use ``tvm.nd``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .device import Device, context, cpu, cuda, device  # re-exported: tvm.nd.cpu etc.
+
+__all__ = ["NDArray", "array", "empty", "Device", "cpu", "cuda", "device", "context"]
+
+
+def _resolve_device(dev: Device | None, ctx: Device | None) -> Device:
+    """The device named by ``device=`` or the old ``ctx=`` keyword (default ``cpu(0)``)."""
+    if dev is not None and ctx is not None and dev != ctx:
+        raise ValueError(f"device={dev} and ctx={ctx} disagree; pass only one")
+    chosen = dev if dev is not None else ctx
+    if chosen is None:
+        return cpu(0)
+    if not isinstance(chosen, Device):
+        chosen = device(chosen)
+    chosen.check_usable()
+    return chosen
+
+
+class NDArray:
+    """An n-dimensional array on a device, as TVM's ``tvm.nd.NDArray``.
+
+    Holds a C-contiguous numpy array (never a view of user memory); use
+    :func:`array` or :func:`empty` to make one.  ``shape`` is a tuple of ints,
+    ``dtype`` a string such as ``"float32"``.
+    """
+
+    __slots__ = ("_data", "_device")
+
+    def __init__(self, data: np.ndarray, dev: Device):
+        if not data.flags.c_contiguous:
+            raise ValueError("NDArray needs C-contiguous storage")
+        self._data = data
+        self._device = dev
+
+    # -- queries ------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        """The extents, e.g. ``(1024, 1024)``."""
+        return self._data.shape
+
+    @property
+    def dtype(self) -> str:
+        """The element type as a string, e.g. ``"float32"``."""
+        return str(self._data.dtype)
+
+    @property
+    def device(self) -> Device:
+        """The device holding the data."""
+        return self._device
+
+    ctx = device  # TVM's old name
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def data_ptr(self) -> int:
+        """The address of the first element (what a compiled function receives)."""
+        return self._data.ctypes.data
+
+    def numpy(self) -> np.ndarray:
+        """A numpy copy of the contents (same shape and dtype)."""
+        return self._data.copy()
+
+    def asnumpy(self) -> np.ndarray:
+        """TVM's old name for :meth:`numpy`."""
+        return self.numpy()
+
+    def host_view(self) -> np.ndarray:
+        """The backing numpy array itself (no copy): writes to it change this NDArray."""
+        return self._data
+
+    # -- mutations ----------------------------------------------------------
+    def copyfrom(self, source) -> "NDArray":
+        """Overwrite the contents with ``source`` (numpy array, list or NDArray).
+
+        ``source`` must have this array's shape; its values are converted to this
+        array's dtype.  Returns ``self``.  Raises ``ValueError`` on a shape mismatch.
+        """
+        src = source._data if isinstance(source, NDArray) else np.asarray(source)
+        if src.shape != self.shape:
+            raise ValueError(f"copyfrom: array shape {self.shape} does not match source shape {src.shape}")
+        np.copyto(self._data, src, casting="unsafe")
+        return self
+
+    def copyto(self, target) -> "NDArray":
+        """Copy into ``target`` (an NDArray, returned) or onto a new array on a ``Device``."""
+        if isinstance(target, NDArray):
+            return target.copyfrom(self)
+        return array(self._data, device=target)
+
+    def __repr__(self) -> str:
+        return f"<NDArray {self.shape} {self.dtype} @{self._device}>\n{self._data!r}"
+
+    def __str__(self) -> str:
+        return str(self._data)
+
+
+def array(arr, device: Device | None = None, ctx: Device | None = None) -> NDArray:
+    """Copy ``arr`` (numpy array, nested list or NDArray) into a new C-contiguous NDArray.
+
+    ``device``/``ctx`` (TVM's new and old keyword; either may be passed
+    positionally as the second argument) default to ``cpu(0)``.  The dtype is
+    kept (a list becomes numpy's default dtype).  Raises ``DeviceRuntimeError``
+    for a device that cannot hold memory here.
+    """
+    dev = _resolve_device(device, ctx)
+    src = arr._data if isinstance(arr, NDArray) else arr
+    return NDArray(np.array(src, copy=True, order="C"), dev)
+
+
+def empty(shape, dtype: str = "float32", device: Device | None = None, ctx: Device | None = None) -> NDArray:
+    """A new uninitialised NDArray of ``shape`` (ints) and ``dtype`` on ``device`` (default cpu(0))."""
+    dev = _resolve_device(device, ctx)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    return NDArray(np.empty(shape, dtype=np.dtype(dtype), order="C"), dev)
