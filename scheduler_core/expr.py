@@ -692,8 +692,9 @@ def reduce_identity(combiner: str, dtype: str) -> Expr:
     if combiner == "prod":
         return const(1, dtype)
     info = np.finfo(dtype) if is_float(dtype) else np.iinfo(dtype)
+    # TVM's identities are the lowest/highest finite values (te.min_value / max_value).
     if combiner == "max":
-        return const(float("-inf") if is_float(dtype) else int(info.min), dtype)
+        return const(float(info.min) if is_float(dtype) else int(info.min), dtype)
     if combiner == "min":
-        return const(float("inf") if is_float(dtype) else int(info.max), dtype)
+        return const(float(info.max) if is_float(dtype) else int(info.max), dtype)
     raise InvalidWorkloadError(f"unknown reducer {combiner!r}")

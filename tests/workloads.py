@@ -1,0 +1,193 @@
+"""Workload constructors shared by the tests: each takes sizes, returns the tensor list.
+
+Sizes may be ints or ``te.var`` symbols.  The returned list is the workload's
+argument list (inputs, then outputs), ready for ``ComputeDAG(tensors)``.
+Workloads follow the seeds (000 matmul+bias, 001 scans, 003 RGB->YUV) and
+TOPI's definitions (conv2d NCHW with a padding stage, softmax, layer norm).
+"""
+
+from __future__ import annotations
+
+from scheduler_core import te
+
+
+def matmul(n, m, l, dtype="float32"):
+    """``C[i, j] = sum_k A[i, k] * B[k, j]``; A (n, l), B (l, m), C (n, m)."""
+    A = te.placeholder((n, l), dtype, name="A")
+    B = te.placeholder((l, m), dtype, name="B")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul")
+    return [A, B, C]
+
+
+def matmul_add(n, l, m, dtype="float32"):
+    """Seed 000: ``out = A @ B + C``; A (n, l), B (l, m), C (n, m)."""
+    A = te.placeholder((n, l), dtype, name="A")
+    B = te.placeholder((l, m), dtype, name="B")
+    C = te.placeholder((n, m), dtype, name="C")
+    k = te.reduce_axis((0, l), name="k")
+    mm = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
+                    attrs={"layout_free_placeholders": [B]})
+    out = te.compute((n, m), lambda i, j: mm[i, j] + C[i, j], name="out")
+    return [A, B, C, out]
+
+
+def matmul_bias_relu(n, m, l, dtype="float32"):
+    """``out = relu(A @ B + bias)``; A (n, l), B (l, m), bias (m,), out (n, m)."""
+    A, B, mm = matmul(n, m, l, dtype)
+    bias = te.placeholder((m,), dtype, name="bias")
+    out = te.compute((n, m), lambda i, j: te.max(mm[i, j] + bias[j], te.const(0, dtype)),
+                     name="relu")
+    return [A, B, bias, out]
+
+
+def conv2d_nchw(n, ci, h, w, co, kh, kw, stride=1, pad=1, dtype="float32"):
+    """conv2d NCHW + bias + ReLU, padding as a separate if_then_else stage (TOPI).
+
+    data (n, ci, h, w), kernel (co, ci, kh, kw), bias (co,),
+    out (n, co, (h + 2*pad - kh)//stride + 1, (w + 2*pad - kw)//stride + 1).
+    """
+    data = te.placeholder((n, ci, h, w), dtype, name="data")
+    kernel = te.placeholder((co, ci, kh, kw), dtype, name="kernel")
+    bias = te.placeholder((co,), dtype, name="bias")
+    ph, pw = h + 2 * pad, w + 2 * pad
+    padded = te.compute(
+        (n, ci, ph, pw),
+        lambda b, c, y, x: te.if_then_else(
+            te.all(y >= pad, y < h + pad, x >= pad, x < w + pad),
+            data[b, c, y - pad, x - pad], te.const(0, dtype)),
+        name="pad")
+    oh, ow = (ph - kh) // stride + 1, (pw - kw) // stride + 1
+    rc = te.reduce_axis((0, ci), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    conv = te.compute(
+        (n, co, oh, ow),
+        lambda b, f, y, x: te.sum(
+            padded[b, rc, y * stride + ry, x * stride + rx] * kernel[f, rc, ry, rx],
+            axis=[rc, ry, rx]),
+        name="conv2d")
+    out = te.compute((n, co, oh, ow),
+                     lambda b, f, y, x: te.max(conv[b, f, y, x] + bias[f], te.const(0, dtype)),
+                     name="bias_relu")
+    return [data, kernel, bias, out]
+
+
+def softmax(n, m, dtype="float32"):
+    """Row softmax of A (n, m): max reduce, exp, sum reduce, divide."""
+    A = te.placeholder((n, m), dtype, name="A")
+    k1 = te.reduce_axis((0, m), name="k1")
+    mx = te.compute((n,), lambda i: te.max(A[i, k1], axis=k1), name="row_max")
+    e = te.compute((n, m), lambda i, j: te.exp(A[i, j] - mx[i]), name="exp")
+    k2 = te.reduce_axis((0, m), name="k2")
+    s = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
+    out = te.compute((n, m), lambda i, j: e[i, j] / s[i], name="softmax")
+    return [A, out]
+
+
+def layer_norm(n, m, eps=1e-5, dtype="float32"):
+    """Layer norm over the last axis of A (n, m) with gamma, beta (m,)."""
+    A = te.placeholder((n, m), dtype, name="A")
+    gamma = te.placeholder((m,), dtype, name="gamma")
+    beta = te.placeholder((m,), dtype, name="beta")
+    mf = te.const(m).astype(dtype)  # the row length as a float (m may be symbolic)
+    k1 = te.reduce_axis((0, m), name="k1")
+    total = te.compute((n,), lambda i: te.sum(A[i, k1], axis=k1), name="total")
+    mean = te.compute((n,), lambda i: total[i] / mf, name="mean")
+    k2 = te.reduce_axis((0, m), name="k2")
+    sq = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]), axis=k2),
+                    name="sqsum")
+    out = te.compute(
+        (n, m),
+        lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(sq[i] / mf + eps) * gamma[j] + beta[j],
+        name="layer_norm")
+    return [A, gamma, beta, out]
+
+
+def batch_matmul(b, n, m, l, dtype="float32"):
+    """``C[p, i, j] = sum_k A[p, i, k] * B[p, k, j]``; A (b, n, l), B (b, l, m)."""
+    A = te.placeholder((b, n, l), dtype, name="A")
+    B = te.placeholder((b, l, m), dtype, name="B")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((b, n, m), lambda p, i, j: te.sum(A[p, i, k] * B[p, k, j], axis=k),
+                   name="batch_matmul")
+    return [A, B, C]
+
+
+def depthwise_conv2d(n, c, h, w, kh, kw, stride=1, pad=1, dtype="float32"):
+    """Depthwise conv2d NCHW: data (n, c, h, w), kernel (c, kh, kw), zero padding inline."""
+    data = te.placeholder((n, c, h, w), dtype, name="data")
+    kernel = te.placeholder((c, kh, kw), dtype, name="kernel")
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(b, ch, y, x):
+        iy, ix = y * stride + ry - pad, x * stride + rx - pad
+        inside = te.all(iy >= 0, iy < h, ix >= 0, ix < w)
+        return te.sum(te.if_then_else(inside, data[b, ch, iy, ix], te.const(0, dtype))
+                      * kernel[ch, ry, rx], axis=[ry, rx])
+
+    out = te.compute((n, c, oh, ow), body, name="depthwise_conv2d")
+    return [data, kernel, out]
+
+
+def transpose(n, m, dtype="float32"):
+    """``B[j, i] = A[i, j]``; A (n, m), B (m, n)."""
+    A = te.placeholder((n, m), dtype, name="A")
+    B = te.compute((m, n), lambda j, i: A[i, j], name="transpose")
+    return [A, B]
+
+
+def rgb_to_yuv(w, h, c=3):
+    """Seed 003: RGB (w, h, 3) float32 -> YUV (w, h, 3) through nested if_then_else."""
+    rgb = te.placeholder((w, h, c), name="rgb")
+
+    def y(i, j):
+        return rgb[i, j, 0] * 0.257 + rgb[i, j, 1] * 0.504 + rgb[i, j, 2] * 0.098
+
+    def u(i, j):
+        return rgb[i, j, 0] * -0.148 + rgb[i, j, 1] * -0.291 + rgb[i, j, 2] * 0.439
+
+    def v(i, j):
+        return rgb[i, j, 0] * 0.439 + rgb[i, j, 1] * -0.368 + rgb[i, j, 2] * -0.071
+
+    yuv = te.compute((w, h, c), lambda i, j, k: te.if_then_else(
+        k == 0, y(i, j), te.if_then_else(k == 1, u(i, j), v(i, j))), name="yuv")
+    return [rgb, yuv]
+
+
+def cumsum_scan(m, n):
+    """Seed 001: cumulative sum of X (m, n) over axis 0 as a scan."""
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n), name="s_state")
+    s_init = te.compute((1, n), lambda _, i: X[0, i], name="s_init")
+    s_update = te.compute((m, n), lambda t, i: s_state[t - 1, i] + X[t, i], name="s_update")
+    s_scan = te.scan(s_init, s_update, s_state, inputs=[X], name="scan")
+    return [X, s_scan]
+
+
+def two_stage_scan(m, n):
+    """Seed 001: ``s[t] = 2 * s[t-1] + X[t]`` through an intermediate stage s1."""
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n), name="s_state")
+    s_init = te.compute((1, n), lambda _, i: X[0, i], name="s_init")
+    s1 = te.compute((m, n), lambda t, i: s_state[t - 1, i] * 2, name="s1")
+    s2 = te.compute((m, n), lambda t, i: s1[t, i] + X[t, i], name="s2")
+    s_scan = te.scan(s_init, s2, s_state, inputs=[X], name="scan")
+    return [X, s_scan]
+
+
+def two_state_scan(m, n, l):
+    """Seed 001: states s1 (m, n) = cumsum of X and s2 (m, l) accumulating s1[t-1, 0]."""
+    X = te.placeholder((m, n), name="X")
+    s_state1 = te.placeholder((m, n), name="s_state1")
+    s_state2 = te.placeholder((m, l), name="s_state2")
+    s_init1 = te.compute((1, n), lambda _, i: X[0, i], name="s_init1")
+    s_init2 = te.compute((1, l), lambda _, i: 0.0, name="s_init2")
+    s_update1 = te.compute((m, n), lambda t, i: s_state1[t - 1, i] + X[t, i], name="s_update1")
+    s_update2 = te.compute((m, l), lambda t, i: s_state2[t - 1, i] + s_state1[t - 1, 0],
+                           name="s_update2")
+    s_scan1, s_scan2 = te.scan([s_init1, s_init2], [s_update1, s_update2],
+                               [s_state1, s_state2], inputs=[X], name="scan")
+    return [X, s_scan1, s_scan2]
