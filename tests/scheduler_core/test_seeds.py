@@ -28,30 +28,18 @@ def matmul_add(N, L, M, dtype):
     return [A, B, C, out]
 
 
-SEED000_BEST = """
-matmul_i, matmul_j, matmul_k = tuple(matmul.op.axis) + tuple(matmul.op.reduce_axis)
-out_i, out_j = tuple(out.op.axis) + tuple(out.op.reduce_axis)
-matmul_i_o_i, matmul_i_i = s[matmul].split(matmul_i, factor=4)
-matmul_i_o_o_i, matmul_i_o_i = s[matmul].split(matmul_i_o_i, factor=1)
-matmul_i_o_o_o, matmul_i_o_o_i = s[matmul].split(matmul_i_o_o_i, factor=2)
-matmul_j_o_i, matmul_j_i = s[matmul].split(matmul_j, factor=8)
-matmul_j_o_o_i, matmul_j_o_i = s[matmul].split(matmul_j_o_i, factor=1)
-matmul_j_o_o_o, matmul_j_o_o_i = s[matmul].split(matmul_j_o_o_i, factor=1)
-matmul_k_o, matmul_k_i = s[matmul].split(matmul_k, factor=4)
-s[matmul].reorder(matmul_i_o_o_o, matmul_j_o_o_o, matmul_i_o_o_i, matmul_j_o_o_i, matmul_k_o, matmul_i_o_i, matmul_j_o_i, matmul_k_i, matmul_i_i, matmul_j_i)
-out_i_o_i, out_i_i = s[out].split(out_i, factor=4)
-out_i_o_o, out_i_o_i = s[out].split(out_i_o_i, factor=2)
-out_j_o_i, out_j_i = s[out].split(out_j, factor=8)
-out_j_o_o, out_j_o_i = s[out].split(out_j_o_i, factor=1)
-s[out].reorder(out_i_o_o, out_j_o_o, out_i_o_i, out_j_o_i, out_i_i, out_j_i)
-s[matmul].compute_at(s[out], out_j_o_i)
-out_i_o_o_j_o_o_fused = s[out].fuse(out_i_o_o, out_j_o_o)
-s[out].parallel(out_i_o_o_j_o_o_fused)
-s[matmul].pragma(matmul_i_o_o_o, "auto_unroll_max_step", 8)
-s[matmul].pragma(matmul_i_o_o_o, "unroll_explicit", True)
-s[matmul].vectorize(matmul_j_i)
-s[out].vectorize(out_j_i)
-"""
+def _seed000_best_text() -> str:
+    """The schedule text printed by seed 000's print_best (kept in examples/)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / "matmul_schedule.py"
+    spec = importlib.util.spec_from_file_location("matmul_schedule_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.SEED000_BEST
+
+
+SEED000_BEST = _seed000_best_text()
 
 
 def test_seed000_print_best_schedule_matches_numpy():
