@@ -557,6 +557,9 @@ def structural_equal(a: Any, b: Any) -> bool:
 # Simplification (constant folding and identities; enough for readable IR)
 # ---------------------------------------------------------------------------
 
+_MAX_FOLD_BITS = 128  # integer results wider than this stay unfolded (hostile nested pow)
+
+
 def _fold(op: str, x, y):
     if op == "add": return x + y
     if op == "sub": return x - y
@@ -567,10 +570,13 @@ def _fold(op: str, x, y):
     if op == "min": return min(x, y)
     if op == "max": return max(x, y)
     if op == "pow":
+        if isinstance(x, int) and isinstance(y, int) and abs(x) > 1 and y * x.bit_length() > _MAX_FOLD_BITS:
+            return None
         try:
-            return x ** y
+            v = x ** y
         except (OverflowError, ZeroDivisionError):
             return None
+        return None if isinstance(v, complex) else v
     return None
 
 
@@ -589,7 +595,7 @@ def _simplify_node(n: Expr) -> Expr:
         a, b, op = n.a, n.b, n.op
         if isinstance(a, (IntImm, FloatImm)) and isinstance(b, (IntImm, FloatImm)):
             v = _fold(op, a.value, b.value)
-            if v is not None and (is_float(n.dtype) or isinstance(v, int)):
+            if v is not None and (is_float(n.dtype) or (isinstance(v, int) and v.bit_length() <= _MAX_FOLD_BITS)):
                 return const(v, n.dtype)
         if op == "add":
             if is_const(a, 0): return b
@@ -643,6 +649,8 @@ def _simplify_node(n: Expr) -> Expr:
             return FloatImm(float(v), n.dtype)
         if n.dtype == "bool":
             return IntImm(int(bool(v)), "bool")
+        if isinstance(v, float) and not math.isfinite(v):
+            return n  # inf/nan have no integer value
         return IntImm(int(math.trunc(v)), n.dtype)
     return n
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import expr as E
 from . import tir as T
 
-_BIN_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_BIN_SYM = {"add": " + ", "sub": " - ", "mul": "*", "div": "/"}  # TVM spacing: (a + b), (a*b)
 _CMP_SYM = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
