@@ -185,3 +185,50 @@ def union(xs: list) -> Interval | None:
         lo_rel = min(lo_rel, d)
         hi_rel = max(hi_rel, d + ext)
     return Interval(canonical(base.lo + lo_rel), IntImm(hi_rel - lo_rel))
+
+
+def _divmod_rewrite(n, env: dict):
+    from .expr import BinaryOp as _B
+    if not (isinstance(n, _B) and n.op in ("floordiv", "floormod")):
+        return None
+    c = const_value(n.b)
+    if not isinstance(c, int) or c <= 0 or n.dtype.startswith("float"):
+        return None
+    terms, k0 = linear_form(n.a)
+    q_terms = {key: (atom, coef // c) for key, (atom, coef) in terms.items() if coef % c == 0}
+    r_terms = {key: v for key, v in terms.items() if v[1] % c != 0}
+    r = from_linear(r_terms, k0)
+    ri = interval(r, env)
+    if ri is None or ri.const_extent is None:
+        return None
+    lo = const_value(ri.lo)
+    if not isinstance(lo, int):
+        return None
+    hi = lo + ri.const_extent - 1
+    if lo // c != hi // c:
+        return None
+    d = lo // c
+    if n.op == "floordiv":
+        return from_linear(q_terms, d)
+    return canonical(r - d * c) if d else r
+
+
+def simplify_divmod(e: Expr, env: dict) -> Expr:
+    """Remove ``floordiv``/``floormod`` by a constant where the ranges in ``env`` allow.
+
+    ``floordiv(x*c + r, c) -> x`` and ``floormod(x*c + r, c) -> r`` when ``0 <= r < c``
+    (TVM's arith rewrite rules with the loop variables' bounds).
+    """
+    from .expr import transform as _transform
+
+    def fn(node):
+        from .expr import children, rebuild
+        kids = children(node)
+        if kids:
+            new = tuple(simplify_divmod(k, env) for k in kids)
+            if any(a is not b for a, b in zip(new, kids)):
+                node = rebuild(node, new)
+        out = _divmod_rewrite(node, env)
+        return out if out is not None else node
+
+    return _transform(e, fn)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import tir as T
-from .bound import Interval, canonical, interval, union
+from .bound import Interval, canonical, interval, simplify_divmod, union
 from .errors import LoweringError
 from .expr import (BufferLoad, Expr, IntImm, Reduce, TensorLoad, Var, as_expr, binary,
                    const_value, reduce_identity, simplify, substitute, transform)
@@ -340,12 +340,16 @@ class _Plan:
                         guards.append(simplify(v >= 0))
         self.guards[k] = guards
 
-    def _provably_in(self, v: Expr, extent: Expr) -> bool:
+    def range_env(self) -> dict:
+        """Every loop variable made so far -> its range ``[0, extent)``."""
         env = {}
         for kk, vars_ in self.leaf_vars.items():
             for name, var in vars_.items():
                 env[var] = Interval(IntImm(0), self.leaf_ext[kk][name])
-        r = interval(v, env)
+        return env
+
+    def _provably_in(self, v: Expr, extent: Expr) -> bool:
+        r = interval(v, self.range_env())
         if r is None:
             return False
         lo, ext, e = const_value(r.lo), r.const_extent, const_value(extent)
@@ -401,9 +405,13 @@ class _Emitter:
                 if info is None:
                     raise LoweringError(f"no buffer for tensor {n.tensor.name}; is it an argument?")
                 idx = tuple(self.lower_expr_plain(i) for i in n.indices)
-                return BufferLoad(info.buffer, info.flat_index(idx), n.dtype)
+                return BufferLoad(info.buffer, self.tidy(info.flat_index(idx)), n.dtype)
             return None
-        return simplify(transform(e, fn))
+        return self.tidy(simplify(transform(e, fn)))
+
+    def tidy(self, e: Expr) -> Expr:
+        """Drop floordiv/floormod that the loop bounds make trivial (``floordiv(j0*16 + j1, 16)``)."""
+        return simplify_divmod(e, self.p.range_env())
 
     def lower_expr_plain(self, e: Expr) -> Expr:
         p = self.p
@@ -457,11 +465,15 @@ class _Emitter:
         p = self.p
         st = p.stages[k]
         if p.where[k] == "scan":
-            return self._nest(k, st.iters, T.SeqStmt(()))
+            # The stages of one time step run in the innermost time loop, guarded
+            # against the extra steps of a non-divisible split of the time axis.
+            last = st.iters[-1]
+            step = self._guarded(p.guards[k], self._attached(k, last.name, T.SeqStmt(())))
+            return self._nest(k, st.iters[:-1], self._loop(k, last, step))
         info = p.buffers[_key(st.op.output(0))]
         spatial = [iv for iv in st.root if iv.kind != "reduce"]
         idx = [p.root_vals[k][iv.var.name] for iv in spatial]
-        flat = info.flat_index(idx)
+        flat = self.tidy(info.flat_index(idx))
         body = p.body_of(k)
         guards = [simplify(substitute(g, {})) for g in p.guards[k]]
         if not isinstance(body, Reduce):

@@ -184,7 +184,9 @@ def bench_tvm_func(func, tmp_path, name="rgb2yuv"):
     a_tvm = tvm.nd.array(a_np, ctx=ctx)
     c_tvm = tvm.nd.empty(c_np.shape, ctx=ctx)
     func(a_tvm, c_tvm)
-    tvm.testing.assert_allclose(c_np, c_tvm.asnumpy(), rtol=1e-3)
+    # The seed checks rtol=1e-3 only; outputs near zero (u, v cancel) also need an atol,
+    # since numpy's dot sums in another order (differences seen: ~4e-8).
+    tvm.testing.assert_allclose(c_np, c_tvm.asnumpy(), rtol=1e-3, atol=1e-6)
     evaluator = func.time_evaluator(func.entry_name, ctx, number=4)
     assert evaluator(a_tvm, c_tvm).mean > 0
     func.save(str(tmp_path / f"{name}.o"))
