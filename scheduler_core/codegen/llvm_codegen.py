@@ -1,0 +1,209 @@
+"""CPU code generation for lowered loop programs with llvmlite (TVM's CodeGenCPU).
+
+    PrimFunc --unroll_loops--> --vectorize_loops--> llvmlite.ir module
+             --parse+verify--> --O3 (new pass manager, host TargetMachine)-->
+             --emit_object--> ELF object --MCJIT--> address
+
+C ABI of the entry function ``name`` (= ``func.name``)::
+
+    int32_t name(T0* restrict buf0, ..., int32_t sym0, ...);
+
+one data pointer per ``func.params`` Buffer in order (float32 -> float*,
+float64 -> double*, intN/uintN -> intN_t*, float16 -> 16-bit half storage,
+bool -> uint8_t*), then one int32 per ``func.scalar_params`` Var in order.  The
+pointers are ``noalias``.  It returns 0 on success and nonzero on failure (a
+failed heap allocation).  Parallel loops run on libgomp's threads.
+
+The module also defines ``__autosched_meta_<name>``, a constant null-terminated
+JSON string ``{"name", "params": [{"name", "dtype", "shape": [int | var name]}],
+"scalar_params": [names]}`` so a loaded object can be called without other files.
+
+The JIT always targets the host CPU and its features (see ``Target``);
+``CompiledFunction.object_code`` is the object the JIT loaded, while
+:meth:`CompiledFunction.export_object` re-emits the same optimized IR for the
+requested ``-mcpu``/``-mattr`` (for export to another machine).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from dataclasses import dataclass, field
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from .. import expr as E
+from .. import tir as T
+from ..errors import BuildError
+from ..passes import unroll_loops, vectorize_loops
+from . import llvm_types as L
+from .llvm_stmt import FunctionEmitter, ModuleContext
+from .parallel import load_libgomp
+from .target import Target, create_target_machine, init_llvm
+
+META_PREFIX = "__autosched_meta_"
+
+
+@dataclass
+class CompiledFunction:
+    """A JIT-compiled PrimFunc: call it through ``address`` (or :attr:`ctypes_function`)."""
+
+    name: str  # C symbol of the entry function (= func.name)
+    func: T.PrimFunc
+    target: Target
+    llvm_ir: str  # the optimized module IR text
+    object_code: bytes  # ELF relocatable object of the same module (what the JIT loaded)
+    address: int  # address of the JIT-compiled entry function
+    engine: object  # keeps the JIT alive (llvmlite ExecutionEngine)
+    warnings: list = field(default_factory=list)
+
+    def get_asm(self) -> str:
+        """Assembly text of the JIT'd module (host CPU and features)."""
+        cpu, feats, _ = self.target.jit_cpu_features()
+        return create_target_machine(cpu, feats).emit_assembly(_parse(self.llvm_ir))
+
+    def export_object(self) -> bytes:
+        """ELF object of the optimized IR for the *requested* cpu/mattr (may not run here)."""
+        cpu, feats = self.target.export_cpu_features()
+        return create_target_machine(cpu, feats).emit_object(_parse(self.llvm_ir))
+
+    @property
+    def ctypes_function(self):
+        """The entry function as a ctypes callable: ``(ptr..., int32...) -> int32``.
+
+        The callable holds a reference to this object, so the JIT'd code stays alive.
+        """
+        argtypes = [ctypes.c_void_p] * len(self.func.params)
+        argtypes += [ctypes.c_int32] * len(self.func.scalar_params)
+        fn = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(self.address)
+        fn.compiled = self
+        return fn
+
+
+def compile_primfunc(func: T.PrimFunc, target: "str | Target" = "llvm") -> CompiledFunction:
+    """Compile ``func`` for the CPU and JIT it.
+
+    Runs ``unroll_loops`` and ``vectorize_loops`` first, builds LLVM IR
+    (explicit vector types for vectorized loops, GOMP_parallel for parallel
+    loops), optimizes it at O3 for the host CPU, emits an object and loads it.
+    Raises BuildError for a non-llvm target, an unsupported node or an LLVM
+    verification failure.  Source: TVM's ``tvm.build`` for ``llvm``.
+    """
+    target = Target.parse(target)
+    if target.kind != "llvm":
+        raise BuildError(f"compile_primfunc builds for llvm targets, not {target.kind!r}")
+    init_llvm()
+    body = vectorize_loops(unroll_loops(func.body))
+    try:
+        module, uses_parallel = build_module(func, body, target)
+    except (TypeError, ValueError, AttributeError, AssertionError) as err:
+        # llvmlite rejects ill-typed instructions eagerly (e.g. mismatched operand types)
+        raise BuildError(f"codegen failed on {func.name}: {type(err).__name__}: {err}") from err
+    cpu, feats, warnings = target.jit_cpu_features()
+    tm = create_target_machine(cpu, feats)
+    mod = _parse(str(module))
+    optimize(mod, tm)
+    llvm_ir = str(mod)
+    obj = tm.emit_object(mod)
+    if uses_parallel:
+        load_libgomp()
+    _check_externals(mod)
+    engine = _jit(obj, tm)
+    address = engine.get_function_address(func.name)
+    if not address:
+        raise BuildError(f"JIT did not produce a symbol {func.name!r}")
+    return CompiledFunction(func.name, func, target, llvm_ir, obj, address, engine, warnings)
+
+
+def build_module(func: T.PrimFunc, body: T.Stmt, target: Target) -> tuple:
+    """``(llvmlite.ir.Module, uses_parallel)`` for ``func`` with the (passed) ``body``."""
+    module = ir.Module(name=func.name)
+    ctx = ModuleContext(module, func.name, target.num_cores)
+    args = [L.PTR] * len(func.params) + [L.I32] * len(func.scalar_params)
+    fn = ir.Function(module, ir.FunctionType(L.I32, args), func.name)
+    fn.attributes.add("nounwind")
+    for i, buf in enumerate(func.params):
+        fn.args[i].name = _c_name(buf.name)
+        fn.args[i].add_attribute("noalias")
+    em = FunctionEmitter(ctx, fn)
+    for i, buf in enumerate(func.params):
+        L.mem_type(buf.dtype)  # raises BuildError for an unsupported dtype
+        em.bufs[buf] = fn.args[i]
+    for j, var in enumerate(func.scalar_params):
+        if var.dtype not in ("int32", "int64"):
+            raise BuildError(f"scalar parameter {var.name} has dtype {var.dtype}; expected int32")
+        arg = fn.args[len(func.params) + j]
+        arg.name = _c_name(var.name)
+        em.bind(var, arg)
+    em.stmt(body)
+    em.finish()
+    _add_meta(module, func)
+    return module, ctx.uses_parallel
+
+
+def _c_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
+def _dim(d) -> object:
+    v = E.const_value(d)
+    if isinstance(v, int):
+        return v
+    d = E.as_expr(d)
+    return d.name if isinstance(d, E.Var) else str(d)
+
+
+def meta_json(func: T.PrimFunc) -> str:
+    """The JSON description stored in ``__autosched_meta_<name>``."""
+    params = [{"name": b.name, "dtype": b.dtype, "shape": [_dim(d) for d in b.shape]}
+              for b in func.params]
+    return json.dumps({"name": func.name, "params": params,
+                       "scalar_params": [v.name for v in func.scalar_params]})
+
+
+def _add_meta(module: ir.Module, func: T.PrimFunc) -> None:
+    data = bytearray(meta_json(func).encode("utf-8") + b"\0")
+    ty = ir.ArrayType(L.I8, len(data))
+    g = ir.GlobalVariable(module, ty, META_PREFIX + func.name)
+    g.global_constant = True
+    g.initializer = ir.Constant(ty, data)
+
+
+def _parse(text: str):
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as err:
+        raise BuildError(f"LLVM rejected the generated module: {err}") from None
+    return mod
+
+
+def optimize(mod, tm) -> None:
+    """Run LLVM's O3 pipeline (loop/SLP vectorizer, unroller) for ``tm``'s CPU."""
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pto.loop_interleaving = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def _check_externals(mod) -> None:
+    """Raise BuildError if a called external function is not in the process (the JIT
+    would otherwise jump to address 0)."""
+    process = ctypes.CDLL(None)
+    for fn in mod.functions:
+        if fn.is_declaration and not fn.name.startswith("llvm.") and not hasattr(process, fn.name):
+            raise BuildError(f"external function {fn.name!r} is not available in this process")
+
+
+def _jit(obj: bytes, tm):
+    """An MCJIT engine holding the object file ``obj`` (external symbols from the process)."""
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine

@@ -1,0 +1,208 @@
+"""Math intrinsics and memory access (plain, masked, gather/scatter) for the LLVM emitter.
+
+Math: LLVM intrinsics where they exist (``llvm.exp``, ``llvm.sqrt``,
+``llvm.roundeven`` for ``round`` -- numpy rounds half to even ...); ``tanh`` and
+``erf`` call libm (``tanhf``/``erff``, one call per lane for vectors; the JIT
+resolves them from the process); ``sigmoid`` is ``1/(1+exp(-x))`` and
+``rsqrt`` is ``1/sqrt(x)`` (TVM's lowering of these intrinsics).  Vectors of
+transcendental functions go to glibc's libmvec when it has them (see
+``vector_math``), since LLVM would scalarize them into one libm call per lane.
+
+Memory: a stride-1 ``Ramp`` index is one ``<L x T>`` load/store aligned to the
+element size (``llvm.masked.load/store`` under a mask); any other vector index
+is ``llvm.masked.gather/scatter`` over a vector of addresses.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .. import expr as E
+from ..errors import BuildError
+from . import llvm_types as L
+from .vector_math import mvec_call
+
+_UNARY = {
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "fabs": "fabs", "floor": "floor",
+    "ceil": "ceil", "round": "roundeven", "sin": "sin", "cos": "cos", "exp2": "exp2",
+    "log2": "log2", "log10": "log10", "trunc": "trunc",
+}
+_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+
+
+class IntrinsicEmitter:
+    """Mixin: math calls and loads/stores.  The owner provides ``builder``,
+    ``module``, ``index`` and ``convert``."""
+
+    # -- math -----------------------------------------------------------------
+    def unary_intrinsic(self, name: str, x):
+        fn = L.declare(self.module, f"llvm.{name}.{L.intrinsic_suffix(x.type)}", x.type, [x.type])
+        return self.builder.call(fn, [x])
+
+    def binary_intrinsic(self, name: str, a, b):
+        fn = L.declare(self.module, f"llvm.{name}.{L.intrinsic_suffix(a.type)}", a.type,
+                       [a.type, b.type])
+        return self.builder.call(fn, [a, b])
+
+    def math_call(self, name: str, args: list, dtype: str):
+        """Emit the intrinsic ``name`` (expr.INTRINSICS, or ``pow``) on ``args``.  Raises BuildError."""
+        x = args[0]
+        if name == "abs" and not E.is_float(dtype):
+            zero = ir.Constant(x.type, None)
+            neg = self.builder.sub(zero, x)
+            cmp = self.builder.icmp_signed if L.is_signed(dtype) else self.builder.icmp_unsigned
+            return self.builder.select(cmp("<", x, zero), neg, x)
+        if not E.is_float(dtype):
+            raise BuildError(f"intrinsic {name} needs a float argument, got {dtype}")
+        if name == "abs":
+            return self.unary_intrinsic("fabs", x)
+        fast = mvec_call(self, name, args, dtype)
+        if fast is not None:
+            return fast
+        if name in _UNARY:
+            return self.unary_intrinsic(_UNARY[name], x)
+        if name == "pow":
+            return self.binary_intrinsic("pow", x, args[1])
+        one = self._fconst(1.0, x.type)
+        if name == "rsqrt":
+            return self.builder.fdiv(one, self.unary_intrinsic("sqrt", x))
+        if name == "sigmoid":
+            neg = self.builder.fneg(x)
+            den = self.builder.fadd(one, self.math_call("exp", [neg], dtype))
+            return self.builder.fdiv(one, den)
+        if name in _LIBM:
+            return self._libm_per_lane(name, x, dtype)
+        raise BuildError(f"unknown intrinsic {name!r}")
+
+    def _fconst(self, value: float, t: ir.Type):
+        if isinstance(t, ir.VectorType):
+            return ir.Constant(t, [ir.Constant(t.element, value)] * t.count)
+        return ir.Constant(t, value)
+
+    def _libm_per_lane(self, name: str, x, dtype: str):
+        """Call libm's float (or double) function once per lane."""
+        f32, f64 = _LIBM[name]
+        wide = dtype == "float64"
+        ct = ir.DoubleType() if wide else ir.FloatType()
+        fn = L.declare(self.module, f64 if wide else f32, ct, [ct])
+        bld = self.builder
+
+        def one(v):
+            arg = v if dtype != "float16" else bld.fpext(v, ct)
+            r = bld.call(fn, [arg])
+            return r if dtype != "float16" else bld.fptrunc(r, L.scalar_type(dtype))
+
+        if not isinstance(x.type, ir.VectorType):
+            return one(x)
+        out = ir.Constant(x.type, ir.Undefined)
+        for i in range(x.type.count):
+            lane = ir.Constant(L.I32, i)
+            out = bld.insert_element(out, one(bld.extract_element(x, lane)), lane)
+        return out
+
+    # -- loads ----------------------------------------------------------------
+    def guarded(self, mask, emit, dtype: str):
+        """Run ``emit()`` only when some lane of ``mask`` is set; else give 0 of ``dtype``."""
+        bld = self.builder
+        name = f"llvm.vector.reduce.or.{L.intrinsic_suffix(mask.type)}"
+        anyset = bld.call(L.declare(self.module, name, L.I1, [mask.type]), [mask])
+        then_bb = bld.append_basic_block("guard_then")
+        end_bb = bld.append_basic_block("guard_end")
+        start = bld.block
+        bld.cbranch(anyset, then_bb, end_bb)
+        bld.position_at_end(then_bb)
+        value = emit()
+        then_end = bld.block
+        bld.branch(end_bb)
+        bld.position_at_end(end_bb)
+        phi = bld.phi(value.type)
+        phi.add_incoming(value, then_end)
+        phi.add_incoming(ir.Constant(value.type, None), start)
+        return phi
+
+    def address(self, ptr, dtype: str, index_value):
+        """``&ptr[index]`` (``<L x ptr>`` when ``index_value`` is a vector)."""
+        gep = self.builder.gep(ptr, [index_value], inbounds=True, source_etype=L.mem_type(dtype))
+        if isinstance(index_value.type, ir.VectorType):
+            gep.type = ir.VectorType(L.PTR, index_value.type.count)
+        return gep
+
+    def load_scalar(self, ptr, e: E.BufferLoad):
+        addr = self.address(ptr, e.dtype, self.index(e.index))
+        v = self.builder.load(addr, typ=L.mem_type(e.dtype), align=L.elem_bytes(e.dtype))
+        return self._from_mem(v, e.dtype)
+
+    def load_vector(self, ptr, e: E.BufferLoad, mask):
+        """A vector load of ``e`` (lanes from its index); masked lanes read as 0."""
+        idx = e.index
+        dtype = e.dtype
+        if _unit_stride(idx):
+            lanes = idx.lanes
+            addr = self.address(ptr, dtype, self.index(idx.base))
+            vt = ir.VectorType(L.mem_type(dtype), lanes)
+            if mask is None:
+                v = self.builder.load(addr, typ=vt, align=L.elem_bytes(dtype))
+            else:
+                fn = self._masked("load", vt, [L.PTR, L.I32, mask.type, vt], vt, "p0")
+                v = self.builder.call(fn, [addr, L.const(L.elem_bytes(dtype), "int32"), mask,
+                                           ir.Constant(vt, None)])
+            return self._from_mem(v, dtype)
+        if isinstance(idx, E.Broadcast) or (isinstance(idx, E.Ramp) and E.is_const(idx.stride, 0)):
+            base = idx.value if isinstance(idx, E.Broadcast) else idx.base
+            one = E.BufferLoad(e.buffer, base, dtype)
+            if mask is None:
+                v = self.load_scalar(ptr, one)
+            else:
+                v = self.guarded(mask, lambda: self.load_scalar(ptr, one), dtype)
+            return L.splat(self.builder, v, idx.lanes)
+        addrs = self.address(ptr, dtype, self.index(idx))
+        lanes = addrs.type.count
+        vt = ir.VectorType(L.mem_type(dtype), lanes)
+        m = mask if mask is not None else L.all_ones(lanes)
+        fn = self._masked("gather", vt, [addrs.type, L.I32, m.type, vt], vt,
+                          L.intrinsic_suffix(addrs.type))
+        v = self.builder.call(fn, [addrs, L.const(L.elem_bytes(dtype), "int32"), m,
+                                   ir.Constant(vt, None)])
+        return self._from_mem(v, dtype)
+
+    def _masked(self, op: str, vt, args: list, ret, ptr_suffix: str):
+        name = f"llvm.masked.{op}.{L.intrinsic_suffix(vt)}.{ptr_suffix}"
+        return L.declare(self.module, name, ret, args)
+
+    def _from_mem(self, v, dtype: str):
+        if dtype != "bool":
+            return v
+        return self.builder.icmp_unsigned("!=", v, ir.Constant(v.type, None))
+
+    # -- stores ---------------------------------------------------------------
+    def store_value(self, ptr, dtype: str, index: E.Expr, value, mask=None):
+        """``ptr[index] = value``; vector ``value`` with a Ramp/vector index, under ``mask``."""
+        bld = self.builder
+        size = L.elem_bytes(dtype)
+        if dtype == "bool":
+            mt = L.I8 if L.lanes_of(value) == 1 else ir.VectorType(L.I8, L.lanes_of(value))
+            value = bld.zext(value, mt)
+        if L.lanes_of(value) == 1 and not isinstance(index, (E.Ramp, E.Broadcast)):
+            bld.store(value, self.address(ptr, dtype, self.index(index)), align=size)
+            return
+        if _unit_stride(index):
+            value = L.splat(bld, value, index.lanes)
+            addr = self.address(ptr, dtype, self.index(index.base))
+            if mask is None:
+                bld.store(value, addr, align=size)
+                return
+            fn = self._masked("store", value.type, [value.type, L.PTR, L.I32, mask.type],
+                              L.VOID, "p0")
+            bld.call(fn, [value, addr, L.const(size, "int32"), mask])
+            return
+        addrs = self.address(ptr, dtype, self.index(index))
+        lanes = addrs.type.count
+        value = L.splat(bld, value, lanes)
+        m = mask if mask is not None else L.all_ones(lanes)
+        fn = self._masked("scatter", value.type, [value.type, addrs.type, L.I32, m.type], L.VOID,
+                          L.intrinsic_suffix(addrs.type))
+        bld.call(fn, [value, addrs, L.const(size, "int32"), m])
+
+
+def _unit_stride(idx: E.Expr) -> bool:
+    return isinstance(idx, E.Ramp) and E.is_const(idx.stride, 1)
