@@ -430,7 +430,11 @@ class _Emitter:
         prag = st.pragma_dict().get(it.name, {})
         ann = {"auto_unroll_max_step": prag["auto_unroll_max_step"]} if "auto_unroll_max_step" in prag else {}
         kind = _KIND.get(it.annotation, it.annotation)
-        return T.For(p.leaf_vars[k][it.name], IntImm(0), p.leaf_ext[k][it.name], kind, body, ann)
+        var, ext = p.leaf_vars[k][it.name], p.leaf_ext[k][it.name]
+        if const_value(ext) == 1 and not ann and kind in ("serial", "unrolled", "vectorized", "parallel"):
+            from .passes import substitute_stmt
+            return substitute_stmt(body, {var: IntImm(0)})  # a loop of one trip is just its body
+        return T.For(var, IntImm(0), ext, kind, body, ann)
 
     def _attached(self, k: int, it_name: str, inner: T.Stmt) -> T.Stmt:
         """``inner`` preceded by the stages attached at ``k.it_name``, with their buffers."""

@@ -26,11 +26,34 @@ def _prod(xs) -> Expr:
     return simplify(functools.reduce(operator.mul, [as_expr(x) for x in xs], IntImm(1)))
 
 
+def _clamp(length: int, extent: Expr) -> Expr:
+    """``min(length, extent)`` when the extent is a constant (TVM tightens split extents)."""
+    e = const_value(extent)
+    return IntImm(min(length, e)) if isinstance(e, int) and e > 0 else IntImm(length)
+
+
 def split_child_extents(rel: SplitRel, parent_extent: Expr) -> list:
-    """Trip counts of ``rel.children`` when the parent has ``parent_extent``."""
-    lengths = [IntImm(ln) for ln in rel.lengths]
-    rest = _ceildiv(parent_extent, _prod(lengths))
-    return [rest] + lengths if rel.inner_to_outer else lengths + [rest]
+    """Trip counts of ``rel.children`` when the parent has ``parent_extent``.
+
+    A multi-length split is a chain of single splits (Ansor's DoSplitCommon):
+    inner_to_outer peels factors from the inside, otherwise nparts from the
+    outside.  As in TVM's PassDownDomain, a piece never gets a larger trip count
+    than what remains of the parent, so a tile larger than its region (a stage
+    computed at a small tile of its consumer) does not loop over empty space.
+    """
+    rest = as_expr(parent_extent)
+    if rel.inner_to_outer:
+        inner = []
+        for ln in reversed(rel.lengths):
+            inner.append(_clamp(ln, rest))
+            rest = _ceildiv(rest, ln)
+        return [rest] + list(reversed(inner))
+    outer = []
+    for ln in rel.lengths:
+        piece = _clamp(ln, rest)
+        outer.append(piece)
+        rest = _ceildiv(rest, piece)
+    return outer + [rest]
 
 
 def leaf_extents(stage: Stage, root_extents: dict) -> dict:
