@@ -25,6 +25,7 @@ _SEARCH_LAYER = {
     "MeasureErrorNo": "measure", "LocalBuilder": "measure", "LocalRunner": "measure",
     "RecordToFile": "measure_record", "RecordReader": "measure_record",
     "load_records": "measure_record", "load_best_record": "measure_record", "distill": "measure_record",
+    "RecordFormatError": "errors",
 }
 _MODEL_NAMES = {"LGBMModel", "RandomModel"}
 

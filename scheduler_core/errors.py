@@ -42,6 +42,19 @@ class DeviceRuntimeError(SchedulerCoreError, RuntimeError):
     """A compiled function failed while running (nonzero return), or its device is unusable."""
 
 
+class RecordFormatError(SchedulerCoreError, ValueError):
+    """A measurement record (one line of a record file) is malformed or of an unknown version.
+
+    ``lineno``: the 1-based line number in ``filename`` (``None`` for a lone line).
+    """
+
+    def __init__(self, message: str, lineno: int | None = None, filename: str = ""):
+        self.lineno = lineno
+        self.filename = filename
+        where = ", ".join(p for p in (filename, f"line {lineno}" if lineno is not None else "") if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
 def check(cond: bool, msg: str, exc: type[SchedulerCoreError] = ScheduleError) -> None:
     """Raise ``exc(msg)`` unless ``cond`` holds (tinygrad's ``check`` helper)."""
     if not cond:
