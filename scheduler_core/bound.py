@@ -217,18 +217,26 @@ def simplify_divmod(e: Expr, env: dict) -> Expr:
     """Remove ``floordiv``/``floormod`` by a constant where the ranges in ``env`` allow.
 
     ``floordiv(x*c + r, c) -> x`` and ``floormod(x*c + r, c) -> r`` when ``0 <= r < c``
-    (TVM's arith rewrite rules with the loop variables' bounds).
+    (TVM's arith rewrite rules with the loop variables' bounds).  One bottom-up pass.
     """
-    from .expr import transform as _transform
+    from .expr import BinaryOp as _B, children, rebuild
+    if not any(isinstance(n, _B) and n.op in ("floordiv", "floormod") for n in walk(e)):
+        return e
+    memo: dict = {}
 
-    def fn(node):
-        from .expr import children, rebuild
+    def go(node):
+        key = id(node)
+        if key in memo:
+            return memo[key]
         kids = children(node)
+        out = node
         if kids:
-            new = tuple(simplify_divmod(k, env) for k in kids)
+            new = tuple(go(k) for k in kids)
             if any(a is not b for a, b in zip(new, kids)):
-                node = rebuild(node, new)
-        out = _divmod_rewrite(node, env)
-        return out if out is not None else node
+                out = rebuild(node, new)
+        rewritten = _divmod_rewrite(out, env)
+        out = rewritten if rewritten is not None else out
+        memo[key] = out
+        return out
 
-    return _transform(e, fn)
+    return go(e)

@@ -706,3 +706,32 @@ def reduce_identity(combiner: str, dtype: str) -> Expr:
     if combiner == "min":
         return const(float(info.max) if is_float(dtype) else int(info.max), dtype)
     raise InvalidWorkloadError(f"unknown reducer {combiner!r}")
+
+
+def ceildiv(a: Any, b: Any) -> Expr:
+    """``ceil(a / b)`` for non-negative ints, folded at once when both are constants."""
+    if isinstance(a, IntImm) and isinstance(b, (IntImm, int)):
+        bv = b.value if isinstance(b, IntImm) else b
+        return IntImm((a.value + bv - 1) // bv, a.dtype)
+    if isinstance(a, int) and isinstance(b, int):
+        return IntImm((a + b - 1) // b)
+    eb = as_expr(b)
+    return simplify((as_expr(a) + (eb - 1)) // eb)
+
+
+def product(xs: Iterable[Any]) -> Expr:
+    """The product of ints/Exprs, folding the constant part without building nodes."""
+    c, rest = 1, []
+    for x in xs:
+        if isinstance(x, int):
+            c *= x
+        elif isinstance(x, IntImm):
+            c *= x.value
+        else:
+            rest.append(as_expr(x))
+    if not rest:
+        return IntImm(c)
+    out = rest[0]
+    for r in rest[1:]:
+        out = out * r
+    return simplify(out * c) if c != 1 else simplify(out)

@@ -18,6 +18,7 @@ Reading guide:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from . import tir as T
@@ -25,7 +26,7 @@ from .bound import Interval, canonical, interval, simplify_divmod, union
 from .errors import LoweringError
 from .expr import (BufferLoad, Expr, IntImm, Reduce, TensorLoad, Var, as_expr, binary,
                    const_value, reduce_identity, simplify, substitute, transform)
-from .loop_state import State
+from .loop_state import State, scan_body_stages
 from .lower_index import leaf_extents, root_values_with_guards
 from .tensor import PlaceholderOp, ScanOp, Tensor
 
@@ -108,7 +109,7 @@ class _Plan:
 
     # -- scans -------------------------------------------------------------
     def _scan_setup(self):
-        self.scan_of = {}      # stage id -> scan stage id, for stages inside a scan body
+        self.scan_of = scan_body_stages(self.state)  # stage id -> scan stage id (scan bodies)
         self.alias = {}        # tensor key -> (scan stage id, output index)
         for k, st in enumerate(self.stages):
             if not isinstance(st.op, ScanOp):
@@ -117,17 +118,6 @@ class _Plan:
             for i in range(op.num_outputs):
                 for t in (op.init[i], op.update[i], op.state_placeholder[i]):
                     self.alias[_key(t)] = (k, i)
-            states = {id(t.op) for t in op.state_placeholder}
-            reads_state = set()
-            for j, s2 in enumerate(self.stages[:k]):
-                ins = {id(t.op) for t in s2.op.input_tensors()}
-                if ins & states or any(id(self.stages[r].op) in ins for r in reads_state):
-                    reads_state.add(j)
-            for j in reads_state:
-                if self.stages[j].op_type == "compute":
-                    self.scan_of[j] = k
-            for t in op.update:
-                self.scan_of[self.op_stage[id(t.op)]] = k
 
     # -- where each stage is computed ---------------------------------------
     def _attach_setup(self):
@@ -321,7 +311,10 @@ class _Plan:
             raise LoweringError(f"stage {st.name}: unknown extent of iterators {missing}")
         self.leaf_ext[k] = ext
         self.leaf_vars[k] = {it.name: Var(it.name.replace("@", ".").rstrip(".")) for it in st.iters}
-        vals, guards = root_values_with_guards(st, self.leaf_vars[k], root_ext)
+        # A loop of one trip contributes 0 to every index: no loop variable is needed.
+        values = {name: (IntImm(0) if const_value(ext[name]) == 1 else var)
+                  for name, var in self.leaf_vars[k].items()}
+        vals, guards = root_values_with_guards(st, values, root_ext)
         out = {}
         for iv, r in zip(spatial, region):
             out[iv.var.name] = canonical(r.lo + vals[iv.var.name])
@@ -341,11 +334,15 @@ class _Plan:
         self.guards[k] = guards
 
     def range_env(self) -> dict:
-        """Every loop variable made so far -> its range ``[0, extent)``."""
+        """Every loop variable made so far -> its range ``[0, extent)`` (cached once complete)."""
+        cached = getattr(self, "_range_env", None)
+        if cached is not None and len(cached[1]) == len(self.leaf_vars):
+            return cached[0]
         env = {}
         for kk, vars_ in self.leaf_vars.items():
             for name, var in vars_.items():
                 env[var] = Interval(IntImm(0), self.leaf_ext[kk][name])
+        self._range_env = (env, dict(self.leaf_vars))
         return env
 
     def _provably_in(self, v: Expr, extent: Expr) -> bool:
@@ -432,8 +429,7 @@ class _Emitter:
         kind = _KIND.get(it.annotation, it.annotation)
         var, ext = p.leaf_vars[k][it.name], p.leaf_ext[k][it.name]
         if const_value(ext) == 1 and not ann and kind in ("serial", "unrolled", "vectorized", "parallel"):
-            from .passes import substitute_stmt
-            return substitute_stmt(body, {var: IntImm(0)})  # a loop of one trip is just its body
+            return body  # a loop of one trip is its body (its variable was bound to 0)
         return T.For(var, IntImm(0), ext, kind, body, ann)
 
     def _attached(self, k: int, it_name: str, inner: T.Stmt) -> T.Stmt:
@@ -523,6 +519,24 @@ def lower_state(state: State, args: list | None = None, name: str = "main",
 
     Raises LoweringError when a stage's placement or bounds cannot be lowered.
     """
+    key = (id(state), None if args is None else tuple(id(a) for a in args), name, passes)
+    hit = _LOWER_CACHE.get(key)
+    if hit is not None and hit[0] is state:
+        _LOWER_CACHE.move_to_end(key)
+        return hit[1]
+    func = _lower_state_uncached(state, args, name, passes)
+    _LOWER_CACHE[key] = (state, func)  # the state is kept so its id is not reused
+    if len(_LOWER_CACHE) > 2048:
+        _LOWER_CACHE.popitem(last=False)
+    return func
+
+
+# States and PrimFuncs are immutable, so the search's validity check, feature
+# extraction and build can share one lowering of the same State object.
+_LOWER_CACHE: "OrderedDict" = OrderedDict()
+
+
+def _lower_state_uncached(state: State, args, name: str, passes: bool) -> T.PrimFunc:
     args = list(args if args is not None else state.dag.tensors)
     for k, a in enumerate(args):
         if not isinstance(a, Tensor):

@@ -17,13 +17,7 @@ from .expr import Expr, IntImm, as_expr, const_value, simplify
 from .loop_state import FuseRel, SplitRel, Stage
 
 
-def _ceildiv(a: Expr, b) -> Expr:
-    b = as_expr(b)
-    return simplify((as_expr(a) + (b - 1)) // b)
-
-
-def _prod(xs) -> Expr:
-    return simplify(functools.reduce(operator.mul, [as_expr(x) for x in xs], IntImm(1)))
+from .expr import ceildiv as _ceildiv, product as _prod  # noqa: E402
 
 
 def _clamp(length: int, extent: Expr) -> Expr:

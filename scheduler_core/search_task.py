@@ -106,7 +106,8 @@ class SearchTask:
         """The best measured State of this task in ``log_file`` (layout rewrite applied)."""
         from .layout_rewrite import apply_layout_rewrite
         from .measure_record import load_best_record
-        rec = load_best_record(log_file, self.workload_key, self.target)
+        rec = load_best_record(log_file, self.workload_key, self.target,
+                               dags={self.workload_key: self.compute_dag})
         if rec is None:
             raise SchedulerCoreError(f"no valid record of {self.workload_key} for {self.target} in {log_file}")
         return apply_layout_rewrite(rec[0].state)
@@ -120,7 +121,8 @@ class SearchTask:
         """The best schedule as Python schedule code (seed 000's 'Equivalent python schedule')."""
         from .measure_record import load_best_record
         from .schedule_printer import state_to_python
-        rec = load_best_record(log_file, self.workload_key, self.target)
+        rec = load_best_record(log_file, self.workload_key, self.target,
+                               dags={self.workload_key: self.compute_dag})
         if rec is None:
             raise SchedulerCoreError(f"no valid record of {self.workload_key} in {log_file}")
         if print_mode != "schedule":

@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 
 from .errors import ScheduleError, check
 from .expr import IntImm, as_expr, simplify
-from .loop_state import ANNOTATIONS, FuseRel, Iterator, SplitRel, State
+from .loop_state import ANNOTATIONS, FuseRel, Iterator, SplitRel, State, scan_body_stages
+from .lower_index import split_child_extents
 
 
-def _ceildiv(a, b):
-    return simplify((as_expr(a) + (as_expr(b) - 1)) // as_expr(b))
+from .expr import ceildiv as _ceildiv  # noqa: E402
 
 
 def _prod(xs):
@@ -45,18 +45,19 @@ def split_iterator(state: State, stage_id: int, iter_id: int, lengths: tuple,
     for ln in lengths:
         check(ln is None or (isinstance(ln, int) and ln >= 1),
               f"split lengths must be positive integers, got {lengths}")
-    known = None if any(ln is None for ln in lengths) else _prod(lengths)
-    rest = None if (known is None or it.extent is None) else _ceildiv(it.extent, known)
-    if inner_to_outer:
-        extents = (rest,) + tuple(None if ln is None else IntImm(ln) for ln in lengths)
+    names = tuple(f"{it.name}.{k}" for k in range(len(lengths) + 1))
+    rel = SplitRel(it.name, names, tuple(lengths), inner_to_outer)
+    if it.extent is not None and all(ln is not None for ln in lengths):
+        # The trip counts lowering uses (tightened to the parent's extent).
+        extents = tuple(split_child_extents(rel, it.extent))
+    elif inner_to_outer:
+        extents = (None,) + tuple(None if ln is None else IntImm(ln) for ln in lengths)
     else:
-        extents = tuple(None if ln is None else IntImm(ln) for ln in lengths) + (rest,)
-    names = tuple(f"{it.name}.{k}" for k in range(len(extents)))
+        extents = tuple(None if ln is None else IntImm(ln) for ln in lengths) + (None,)
     taken = {i.name for i in st.iters}
     check(not (set(names) & taken), f"split of {it.name} would reuse iterator names")
     new_iters = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
     iters = st.iters[:iter_id] + new_iters + st.iters[iter_id + 1:]
-    rel = SplitRel(it.name, names, tuple(lengths), inner_to_outer)
     st = replace(st, iters=iters, relations=st.relations + (rel,))
     # Pragmas on the split iterator move to the outermost piece.
     prag = st.pragma_dict()
@@ -213,8 +214,11 @@ class ReorderStep:
         st = state.stages[self.stage_id]
         check(sorted(self.after_ids) == list(range(len(st.iters))),
               f"reorder of {st.name} needs a permutation of 0..{len(st.iters) - 1}, got {list(self.after_ids)}")
+        time = [k for k in self.after_ids if st.iters[k].kind == "scan"]
+        check(time == sorted(time), f"reorder of {st.name} would run the scan's time loops out of order")
         iters = tuple(st.iters[k] for k in self.after_ids)
-        return state.with_stage(self.stage_id, replace(st, iters=iters)).with_step(self)
+        state = state.with_stage(self.stage_id, replace(st, iters=iters))
+        return check_compute_locations(state).with_step(self)
 
     def to_record(self) -> list:
         return ["RE", self.stage_id, list(self.after_ids)]
@@ -236,6 +240,9 @@ class AnnotationStep:
                   f"cannot {self.annotation} the reduction iterator {it.name} of {st.name}")
         if self.annotation == "parallel":
             check(it.kind != "reduce", f"cannot parallelize reduction iterator {it.name}")
+        if self.annotation in ("parallel", "vectorize") or self.annotation.startswith(("block", "thread")):
+            check(it.kind != "scan", f"cannot {self.annotation} the scan time loop {it.name}: "
+                  "each step reads the previous one")
         iters = list(st.iters)
         iters[self.iter_id] = replace(it, annotation=self.annotation)
         return state.with_stage(self.stage_id, replace(st, iters=tuple(iters))).with_step(self)
@@ -287,6 +294,80 @@ def _reaches(state: State, src: int, dst: int) -> bool:
     return False
 
 
+def effective_readers(state: State, stage_id: int) -> set:
+    """Non-inlined stages that read ``stage_id``, directly or through inlined stages.
+
+    A scan does not count: it reads its init/update stages by aliasing their
+    buffers, not at any loop.
+    """
+    out, seen, frontier = set(), set(), [stage_id]
+    while frontier:
+        for c in state.consumers(frontier.pop()):
+            if c in seen or state.stages[c].op_type == "scan":
+                continue
+            seen.add(c)
+            if state.stages[c].compute_at == "inlined":
+                frontier.append(c)
+            else:
+                out.add(c)
+    return out
+
+
+def attach_points(state: State) -> dict:
+    """Stage id -> (target stage id, iterator name) for every stage computed at a loop:
+    those moved by compute_at, and a scan's body left at root, which runs in the
+    scan's innermost time loop (as lowering places it)."""
+    out = {}
+    scans = scan_body_stages(state)
+    for k, st in enumerate(state.stages):
+        if st.compute_at == "iter":
+            out[k] = tuple(st.attach)
+        elif st.compute_at == "root" and k in scans:
+            out[k] = (scans[k], state.stages[scans[k]].iters[-1].name)
+    return out
+
+
+def attach_scope(state: State, target_stage_id: int, iter_name: str) -> set:
+    """Stages computed inside loop ``iter_name`` of ``target_stage_id`` (the target included):
+    those attached at that loop or an inner one, and everything attached inside them."""
+    children: dict = {}
+    for k, at in attach_points(state).items():
+        children.setdefault(at, []).append(k)
+    tgt = state.stages[target_stage_id]
+    pos = tgt.iter_index(iter_name)
+    inside = {target_stage_id}
+    frontier = [(target_stage_id, it.name) for it in tgt.iters[pos:]]
+    while frontier:
+        for c in children.get(frontier.pop(), []):
+            if c not in inside:
+                inside.add(c)
+                frontier.extend((c, it.name) for it in state.stages[c].iters)
+    return inside
+
+
+def check_compute_locations(state: State) -> State:
+    """Raise ScheduleError unless every stage computed at a loop is read only inside it.
+
+    A stage attached at loop ``T.x`` computes the region its readers need in one
+    iteration of ``T.x``, so every (non-inlined) reader must run inside that
+    loop: TVM's "cannot find the producer along the loop nest" check of
+    InferBound, made at the step that breaks it.  Returns ``state``.
+    """
+    for k, (tgt, it_name) in attach_points(state).items():
+        st = state.stages[k]
+        scope = attach_scope(state, tgt, it_name)
+        for r in sorted(effective_readers(state, k) - scope):
+            raise ScheduleError(
+                f"{st.name} is computed at {state.stages[tgt].name}.{it_name} but "
+                f"{state.stages[r].name} reads it outside that loop")
+    return state
+
+
+def _is_scan_update(state: State, stage_id: int) -> bool:
+    op = state.stages[stage_id].op
+    return any(st.op_type == "scan" and any(t.op is op for t in st.op.update) for st in state.stages)
+
+
 @dataclass(frozen=True)
 class ComputeAtStep:
     """CA: compute ``stage_id`` inside loop ``target_iter_id`` of ``target_stage_id``."""
@@ -302,6 +383,10 @@ class ComputeAtStep:
         tgt, it = _stage_iter(state, self.target_stage_id, self.target_iter_id)
         check(self.stage_id != self.target_stage_id, "a stage cannot be computed at itself")
         check(tgt.compute_at != "inlined", f"target stage {tgt.name} is inlined")
+        check(not _is_scan_update(state, self.stage_id),
+              f"{st.name} is a scan update: it is computed in the scan's innermost time loop")
+        check(tgt.op_type != "scan" or self.target_iter_id == len(tgt.iters) - 1,
+              f"a stage computed at the scan {tgt.name} must be at its innermost time loop")
         check(_reaches(state, self.stage_id, self.target_stage_id),
               f"{st.name} is not read (directly or through other stages) by {tgt.name}")
         # The attach chain must not come back to this stage.
@@ -310,7 +395,7 @@ class ComputeAtStep:
             check(cur.attach[0] != self.stage_id, "compute_at would make an attach cycle")
             cur = state.stages[cur.attach[0]]
         st = replace(st, compute_at="iter", attach=(self.target_stage_id, it.name))
-        return state.with_stage(self.stage_id, st).with_step(self)
+        return check_compute_locations(state.with_stage(self.stage_id, st)).with_step(self)
 
     def to_record(self) -> list:
         return ["CA", self.stage_id, self.target_stage_id, self.target_iter_id]
@@ -326,7 +411,8 @@ class ComputeRootStep:
         check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
         st = state.stages[self.stage_id]
         check(st.op_type == "compute", f"{st.name} is not a compute stage")
-        return state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None)).with_step(self)
+        state = state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None))
+        return check_compute_locations(state).with_step(self)
 
     def to_record(self) -> list:
         return ["CR", self.stage_id]

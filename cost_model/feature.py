@@ -1,0 +1,234 @@
+"""Program features for the cost model: one row per stored buffer (Ansor section 5.2).
+
+    (task, State) --lower_state(passes=False)--> PrimFunc
+                  --feature_extract.extract_feature_sets--> FeatureSets
+                  --_pack (log2(x+1) of counts, one-hots)--> float32 [n_stores, N_FEATURES]
+
+The layout and names are those of TVM's ``GetPerStoreFeatureName``
+(src/auto_scheduler/feature.cc): 57 computation features, 18 access features for
+each of the 5 buffers with the most cache lines (then bytes), 10 points of the
+arithmetic-intensity curve, 4 allocation and 3 outer-loop features: 164 in all.
+Count-like values are log-scaled as ``log2(x + 1)`` (TVM's ``log2p``); one-hot
+and boolean entries are 0/1.  ``FEATURE_VERSION`` changes whenever the meaning
+or order of a column changes, so a saved model is never fed other columns.
+
+A state whose program cannot be lowered gets a single all-zero row; the models
+predict ``-inf`` for it (TVM does the same).  Features are cached by
+(workload_key, transform steps): a State is a pure function of its DAG and steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from scheduler_core.errors import SchedulerCoreError
+from scheduler_core.lower import lower_state
+
+from .feature_extract import (ARITH_INTENSITY_CURVE_SAMPLE_N, OP_COUNTERS, FeatureSet,
+                              extract_feature_sets)
+
+FEATURE_VERSION = "autosched-feature-v1"
+MAX_N_BUFS = 5  # buffers described per row (TVM's max_n_bufs)
+
+_POS = ("kPosNone", "kPosInnerSpatial", "kPosMiddleSpatial", "kPosOuterSpatial",
+        "kPosInnerReduce", "kPosMiddleReduce", "kPosOuterReduce", "kPosMixed")
+_ACCESS_NAMES = ("acc_type.kRead", "acc_type.kWrite", "acc_type.kReadWrite", "bytes",
+                 "unique_bytes", "lines", "unique_lines", "reuse_type.kLoopMultipleRead",
+                 "reuse_type.kSerialMultipleReadWrite", "reuse_type.kNoReuse", "reuse_dis_iter",
+                 "reuse_dis_bytes", "reuse_ct", "bytes_d_reuse_ct", "unique_bytes_d_reuse_ct",
+                 "lines_d_reuse_ct", "unique_lines_d_reuse_ct", "stride")
+
+
+def _feature_names() -> tuple:
+    names = list(OP_COUNTERS)
+    for kind in ("vec", "unroll", "parallel"):
+        names += [f"{kind}_num", f"{kind}_prod", f"{kind}_len"]
+        names += [f"{kind}_type.{p}" for p in _POS]
+    names += ["is_gpu", "blockIdx_x_len", "blockIdx_y_len", "blockIdx_z_len",
+              "threadIdx_x_len", "threadIdx_y_len", "threadIdx_z_len", "vthread_len"]
+    for b in range(MAX_N_BUFS):
+        names += [f"B{b}.{n}" for n in _ACCESS_NAMES]
+    names += [f"arith_intensity_curve_{i}" for i in range(ARITH_INTENSITY_CURVE_SAMPLE_N)]
+    names += ["alloc_size", "alloc_prod", "alloc_outer_prod", "alloc_inner_prod"]
+    names += ["outer_prod", "num_loops", "auto_unroll_max_step"]
+    return tuple(names)
+
+
+FEATURE_NAMES: tuple = _feature_names()
+N_FEATURES = len(FEATURE_NAMES)  # 164
+
+
+def _slog(x: float) -> float:
+    """TVM's log2p: log2(x + 1), odd-extended to negatives."""
+    return math.log2(x + 1.0) if x >= 0 else -math.log2(1.0 - x)
+
+
+def _annotation_cols(a: list) -> list:
+    onehot = [0.0] * len(_POS)
+    onehot[int(a[3])] = 1.0
+    return [_slog(a[0]), _slog(a[1]), _slog(a[2])] + onehot
+
+
+def _access_cols(acc: tuple) -> list:
+    acc_type, bytes_, ubytes, lines, ulines, reuse_type, dis_iter, dis_bytes, ct, stride = acc
+    cols = [0.0, 0.0, 0.0]
+    cols[acc_type] = 1.0
+    cols += [_slog(bytes_), _slog(ubytes), _slog(lines), _slog(ulines)]
+    reuse = [0.0, 0.0, 0.0]
+    reuse[reuse_type] = 1.0
+    cols += reuse + [_slog(dis_iter), _slog(dis_bytes), _slog(ct)]
+    div = ct if ct > 0.5 else 0.5  # no reuse: TVM multiplies by the magic 2
+    cols += [_slog(bytes_ / div), _slog(ubytes / div), _slog(lines / div), _slog(ulines / div),
+             _slog(stride)]
+    return cols
+
+
+def _row(fs: FeatureSet) -> list:
+    row = [_slog(v) for v in fs.ops]
+    row += _annotation_cols(fs.vec) + _annotation_cols(fs.unroll) + _annotation_cols(fs.parallel)
+    row += [fs.gpu[0]] + [_slog(v) for v in fs.gpu[1:]]
+    accs = sorted(fs.access, key=lambda a: (a[3], a[1]), reverse=True)[:MAX_N_BUFS]
+    for acc in accs:
+        row += _access_cols(acc)
+    row += [0.0] * (len(_ACCESS_NAMES) * (MAX_N_BUFS - len(accs)))
+    row += [_slog(v) for v in fs.curve]
+    row += [_slog(v) for v in fs.alloc]
+    row += [_slog(v) for v in fs.outer]
+    return row
+
+
+def features_from_primfunc(func, cache_line_bytes: int = 64) -> np.ndarray:
+    """Features of a lowered program: float32 [n_stored_buffers, N_FEATURES] (log-scaled).
+
+    ``func`` should come from ``lower_state(state, passes=False)`` so vectorized and
+    unrolled loops are still loops.  A program with no store gives one zero row.
+    """
+    rows = [_row(fs) for fs in extract_feature_sets(func, cache_line_bytes)]
+    if not rows:
+        return np.zeros((1, N_FEATURES), np.float32)
+    return np.asarray(rows, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------
+# States, with a cache
+# ---------------------------------------------------------------------------
+
+class FeatureCache:
+    """LRU map (workload key, steps) -> feature array; arrays are shared, read-only.
+
+    capacity: the number of states kept (about 2 KB each for a matmul+bias).
+    """
+
+    def __init__(self, capacity: int = 16384):
+        self.capacity = capacity
+        self._d: OrderedDict = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key):
+        v = self._d.get(key)
+        if v is None:
+            self.misses += 1
+            return None
+        self._d.move_to_end(key)
+        self.hits += 1
+        return v
+
+    def put(self, key, value) -> None:
+        self._d[key] = value
+        if len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        self._d.clear()
+
+
+_CACHE = FeatureCache()
+
+
+def _cache_key(task, state):
+    wk = getattr(task, "workload_key", None)
+    if wk is None:
+        wk = ("dag", state.dag)  # the object itself (not its id, which could be reused)
+    wk = (wk, _cache_line_bytes(task))
+    try:
+        steps = tuple(state.transform_steps)
+        hash(steps)
+    except TypeError:  # a step holding an unhashable field: fall back to its record
+        import json
+        steps = json.dumps([s.to_record() for s in state.transform_steps], default=str)
+    return (wk, steps)
+
+
+def _cache_line_bytes(task) -> int:
+    hw = getattr(task, "hardware_params", None)
+    return int(getattr(hw, "cache_line_bytes", 64) or 64)
+
+
+def _extract(state, line: int) -> np.ndarray:
+    try:
+        func = lower_state(state, passes=False)
+    except (SchedulerCoreError, ArithmeticError, ValueError):
+        return np.zeros((1, N_FEATURES), np.float32)
+    return features_from_primfunc(func, line)
+
+
+def get_per_store_features(task, state, cache: FeatureCache | None = _CACHE) -> np.ndarray:
+    """Features of one state: float32 [n_stores, N_FEATURES], columns ``FEATURE_NAMES``.
+
+    Parameters
+    ----------
+    task : anything with ``.workload_key`` (cache key) and optionally
+        ``.hardware_params.cache_line_bytes``; may be None (then the DAG's identity keys the cache)
+    state : State of ``task.compute_dag``
+    cache : FeatureCache or None to bypass caching
+
+    One row per stored buffer (TVM's per-store features, feature.cc).  A state
+    that fails to lower gives one all-zero row (see :func:`is_invalid`).
+    The returned array is shared with the cache: do not modify it.
+    """
+    key = _cache_key(task, state) if cache is not None else None
+    if key is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    out = _extract(state, _cache_line_bytes(task))
+    out.flags.writeable = False
+    if key is not None:
+        cache.put(key, out)
+    return out
+
+
+def get_per_store_features_from_states(task, states, cache: FeatureCache | None = _CACHE) -> list:
+    """Features of many states of one task: a list of float32 [n_stores_i, N_FEATURES].
+
+    The batch form used by the search (Ansor's GetPerStoreFeaturesFromStates);
+    states seen before come from the cache.
+    """
+    return [get_per_store_features(task, s, cache) for s in states]
+
+
+def is_invalid(features: np.ndarray) -> bool:
+    """True for the all-zero placeholder of a state that failed to lower."""
+    return features.shape[0] == 1 and not features.any()
+
+
+def pack_features(features: list) -> tuple:
+    """Flatten per-state arrays for a row model.
+
+    Returns ``(X, pack_ids)``: X float32 [total rows, N_FEATURES], pack_ids int64
+    [total rows] with the index of the state each row belongs to.
+    """
+    if not features:
+        return np.zeros((0, N_FEATURES), np.float32), np.zeros(0, np.int64)
+    X = np.concatenate(features, axis=0)
+    pack_ids = np.repeat(np.arange(len(features)), [f.shape[0] for f in features])
+    return X, pack_ids
+
+
+__all__ = ["FEATURE_NAMES", "FEATURE_VERSION", "N_FEATURES", "MAX_N_BUFS", "FeatureCache",
+           "get_per_store_features", "get_per_store_features_from_states",
+           "features_from_primfunc", "is_invalid", "pack_features"]

@@ -1,0 +1,377 @@
+"""Per-store features of one lowered loop program (Ansor section 5.2, feature.cc).
+
+    PrimFunc (lower_state(..., passes=False)) --PerStoreExtractor--> {stored buffer: FeatureSet}
+                                              --rows()--> list of raw feature rows
+
+Reading guide: the extractor walks the loop program once, keeping the stack of
+enclosing loops (and the parallel / vectorized / unrolled ones), the product of
+their extents and the current ``auto_unroll_max_step``.  At every ``Store`` it
+computes the five groups of TVM's ``PerStoreFeatureExtractor``:
+
+1. computation: float/int op counts of the stored value (times the number of
+   times the store runs), vectorize/unroll/parallel loop counts, lengths,
+   products and positions, GPU binding lengths;
+2. buffer access: for every buffer the store reads or writes, the access type,
+   bytes, unique bytes, cache lines, unique lines, reuse type/distance/count and
+   stride (index analysis in ``index_form``);
+3. the arithmetic-intensity curve (FLOPs / bytes as loops are added, sampled at
+   10 points);
+4. allocation (size and the loops around the allocation);
+5. outer scope (number of loops, product of extents, auto_unroll_max_step).
+
+As in TVM, features are kept per *stored buffer*: the counts of several stores
+to one buffer (a reduction's init and update) add up, the other features come
+from the last store.  Rows are raw (not log-scaled); ``feature.py`` packs them.
+"""
+
+from __future__ import annotations
+
+from scheduler_core import tir as T
+from scheduler_core.expr import (BinaryOp, BufferLoad, Call, CmpOp, IntImm, LogicalOp, Not,
+                                 Select, const_value, dtype_bits, is_float, walk)
+
+from .index_form import affine_form, coefficient, contiguous_elements, touched_elements
+
+ARITH_INTENSITY_CURVE_SAMPLE_N = 10
+
+# Access types and reuse types, TVM's enums.
+ACC_READ, ACC_WRITE, ACC_READWRITE = 0, 1, 2
+REUSE_LOOP_MULTIPLE_READ, REUSE_SERIAL_MULTIPLE_READWRITE, REUSE_NONE = 0, 1, 2
+
+# Annotation positions (TVM's AnnotationPosType).
+POS_NONE, POS_INNER_SPATIAL, POS_MIDDLE_SPATIAL, POS_OUTER_SPATIAL = 0, 1, 2, 3
+POS_INNER_REDUCE, POS_MIDDLE_REDUCE, POS_OUTER_REDUCE, POS_MIXED = 4, 5, 6, 7
+
+# Group-1 op counters, in FEATURE_NAMES order.
+OP_COUNTERS = ("float_mad", "float_addsub", "float_mul", "float_divmod", "float_cmp",
+               "float_mathfunc", "float_otherfunc", "int_mad", "int_addsub", "int_mul",
+               "int_divmod", "int_cmp", "int_mathfunc", "int_otherfunc", "bool_op", "select_op")
+_OP_SLOT = {"add": 1, "sub": 1, "mul": 2, "div": 3, "floordiv": 3, "floormod": 3,
+            "min": 4, "max": 4, "pow": 5}
+GPU_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",
+             "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+
+
+class FeatureSet:
+    """Ansor's FeatureSet of one stored buffer (raw values, not log-scaled).
+
+    ops: the 16 OP_COUNTERS, each the count per run times the store's trip count.
+    vec/unroll/parallel: [num loops, product of lengths, innermost length, position].
+    gpu: [is_gpu, blockIdx.x/y/z, threadIdx.x/y/z, vthread lengths] (0 when unbound).
+    access: per buffer (acc_type, bytes, unique_bytes, lines, unique_lines,
+    reuse_type, reuse_dis_iter, reuse_dis_bytes, reuse_ct, stride); bytes in
+    bytes, lines in cache lines, reuse distances in iterations / bytes.
+    curve: arithmetic intensity (FLOP / byte) at 10 points.
+    alloc: [size bytes, size elements * outer product, outer product, inner product].
+    outer: [product of outer loop extents, number of loops, auto_unroll_max_step].
+    """
+
+    __slots__ = ("ops", "vec", "unroll", "parallel", "gpu", "access", "curve", "alloc", "outer")
+
+    def __init__(self):
+        self.ops = [0.0] * len(OP_COUNTERS)
+        self.vec = [0.0, 0.0, 0.0, POS_NONE]
+        self.unroll = [0.0, 0.0, 0.0, POS_NONE]
+        self.parallel = [0.0, 0.0, 0.0, POS_NONE]
+        self.gpu = [0.0] * 8
+        self.access: list = []
+        self.curve = [0.0] * ARITH_INTENSITY_CURVE_SAMPLE_N
+        self.alloc = [0.0] * 4
+        self.outer = [0.0] * 3
+
+
+def count_ops(value) -> list:
+    """The 16 op counters of one evaluation of ``value`` (load indices included).
+
+    A float add/sub whose operand is a float mul also counts one MAD (TVM leaves
+    MAD at 0; counting it lets the model see fused multiply-adds).
+    """
+    c = [0.0] * len(OP_COUNTERS)
+    for n in walk(value):
+        if isinstance(n, BinaryOp):
+            off = 0 if is_float(n.a.dtype) else 7
+            c[off + _OP_SLOT[n.op]] += 1
+            if n.op in ("add", "sub") and off == 0 and (
+                    (isinstance(n.a, BinaryOp) and n.a.op == "mul")
+                    or (isinstance(n.b, BinaryOp) and n.b.op == "mul")):
+                c[0] += 1
+        elif isinstance(n, CmpOp):
+            c[4 if is_float(n.a.dtype) else 11] += 1
+        elif isinstance(n, (LogicalOp, Not)):
+            c[14] += 1
+        elif isinstance(n, Select):
+            c[15] += 1
+        elif isinstance(n, Call):
+            c[5 if is_float(n.dtype) else 12] += 1
+    return c
+
+
+def _loop_extent(f: T.For) -> int:
+    v = const_value(f.extent) if not isinstance(f.extent, IntImm) else f.extent.value
+    return int(v) if isinstance(v, int) and v > 0 else 1
+
+
+def _elem_bytes(dtype: str) -> int:
+    return max(1, dtype_bits(dtype) // 8)
+
+
+class PerStoreExtractor:
+    """Walks a loop program and fills a FeatureSet per stored buffer.
+
+    Parameters
+    ----------
+    cache_line_bytes : int, the cache line size in bytes (64 on x86)
+    """
+
+    def __init__(self, cache_line_bytes: int = 64):
+        self.line = cache_line_bytes
+        self.features: dict = {}       # Buffer -> FeatureSet, in first-store order
+        self.loops: list = []          # enclosing For nodes, outermost first
+        self.extents: list = []        # their constant trip counts
+        self.var_depth: dict = {}      # loop Var -> depth
+        self.vec_depths: list = []
+        self.unroll_depths: list = []
+        self.parallel_depths: list = []
+        self.gpu = [0.0] * 8
+        self.outer_prod = 1.0
+        self.auto_unroll = 0
+        # For -> {Buffer: [(acc_type, touched elements, element bytes)]} (TVM's for_touch_regions)
+        self.touch: dict = {}
+
+    # -- traversal -----------------------------------------------------------
+    def visit(self, s: T.Stmt) -> None:
+        if isinstance(s, T.For):
+            self._visit_for(s)
+        elif isinstance(s, T.Store):
+            self._visit_store(s)
+        elif isinstance(s, T.SeqStmt):
+            for c in s.seq:
+                self.visit(c)
+        elif isinstance(s, T.IfThenElse):
+            # Both branches count, as in TVM (conditions are not modelled).
+            self.visit(s.then_case)
+            if s.else_case is not None:
+                self.visit(s.else_case)
+        elif isinstance(s, T.Allocate):
+            self.visit(s.body)
+            self._alloc_features(s.buffer)
+        elif isinstance(s, T.LetStmt):
+            self.visit(s.body)
+
+    def _visit_for(self, f: T.For) -> None:
+        ext = _loop_extent(f)
+        depth = len(self.loops)
+        kind = f.kind
+        stack = {"vectorized": self.vec_depths, "unrolled": self.unroll_depths,
+                 "parallel": self.parallel_depths}.get(kind)
+        if stack is not None:
+            stack.append(depth)
+        saved_gpu = None
+        if kind in GPU_KINDS:
+            saved_gpu = list(self.gpu)
+            slot = 1 + GPU_KINDS.index(kind)
+            self.gpu[0] = 1.0
+            self.gpu[slot] = ext * (self.gpu[slot] or 1.0) if kind == "vthread" else float(ext)
+        saved_unroll = self.auto_unroll
+        if "auto_unroll_max_step" in f.annotations:
+            self.auto_unroll = int(f.annotations["auto_unroll_max_step"])
+        self.loops.append(f)
+        self.extents.append(ext)
+        self.var_depth[f.loop_var] = depth
+        self.outer_prod *= ext
+        self.visit(f.body)
+        self.outer_prod /= ext
+        del self.var_depth[f.loop_var]
+        self.extents.pop()
+        self.loops.pop()
+        self.auto_unroll = saved_unroll
+        if saved_gpu is not None:
+            self.gpu = saved_gpu
+        if stack is not None:
+            stack.pop()
+
+    # -- one store -------------------------------------------------------------
+    def _visit_store(self, s: T.Store) -> None:
+        buf = s.buffer
+        fea = self.features.get(buf)
+        if fea is None:
+            fea = self.features[buf] = FeatureSet()
+        ops = count_ops(s.value)
+        for k, v in enumerate(ops):
+            fea.ops[k] += self.outer_prod * v
+        accesses = self._accesses(s)
+        fea.vec = self._annotation(self.vec_depths, accesses, buf)
+        fea.unroll = self._annotation(self.unroll_depths, accesses, buf)
+        fea.parallel = self._annotation(self.parallel_depths, accesses, buf)
+        fea.gpu = list(self.gpu)
+        float_ops = sum(ops[:7])
+        ops_list, bytes_list = self._touch_regions(accesses, float_ops)
+        fea.access = [self._access_feature(b, acc) for b, acc in accesses.items()]
+        fea.curve = _intensity_curve(float_ops, ops_list, bytes_list)
+        fea.outer = [self.outer_prod, float(len(self.loops)), float(self.auto_unroll)]
+
+    def _accesses(self, s: T.Store) -> dict:
+        """Buffer -> [acc_type, [AffineForm...], element bytes, depths used] for one store."""
+        vd = self.var_depth
+        out = {s.buffer: [ACC_WRITE, [affine_form(s.index, vd)], _elem_bytes(s.buffer.dtype)]}
+        for n in walk(s.value):
+            if not isinstance(n, BufferLoad):
+                continue
+            acc = out.get(n.buffer)
+            if acc is None:
+                out[n.buffer] = [ACC_READ, [affine_form(n.index, vd)], _elem_bytes(n.buffer.dtype)]
+            elif acc[0] == ACC_WRITE:
+                acc[0] = ACC_READWRITE  # an update reads what it writes: same index (TVM)
+            elif acc[0] == ACC_READ:
+                acc[1].append(affine_form(n.index, vd))
+        for acc in out.values():
+            ds: set = set()
+            for f in acc[1]:
+                ds |= f.depths()
+            acc.append(ds)
+        return out
+
+    def _touch_regions(self, accesses: dict, float_ops: float) -> tuple:
+        """Record the elements each loop touches; return the intensity-curve inputs."""
+        ops_list, bytes_list = [], []
+        cur = float(float_ops)
+        for i in range(len(self.loops) - 1, -1, -1):
+            regions = self.touch.setdefault(self.loops[i], {})
+            mem = 0
+            for b, (acc_type, forms, eb, _) in accesses.items():
+                n = touched_elements(forms, i, self.extents)
+                regions.setdefault(b, []).append((acc_type, n, eb))
+                mem += n * eb
+            bytes_list.append(float(mem))
+            cur *= self.extents[i]
+            ops_list.append(cur)
+        return ops_list, bytes_list
+
+    def _access_feature(self, buf, acc) -> tuple:
+        acc_type, forms, eb, depths = acc
+        n_loops = len(self.loops)
+        bytes_ = self.outer_prod * eb
+        if n_loops == 0:
+            unique_bytes, stride, lines, unique_lines = float(eb), 0, 1.0, 1.0
+        else:
+            unique_bytes = float(touched_elements(forms, 0, self.extents) * eb)
+            stride, reduce_ratio, i = 0, 1, n_loops - 1
+            while i >= 0:
+                stride = coefficient(forms, i) if i in depths else 0
+                if stride:
+                    break
+                reduce_ratio *= self.extents[i]
+                i -= 1
+            lines = max(1.0, self.outer_prod / reduce_ratio * min(1.0, stride * eb / self.line))
+            stride = stride if i == n_loops - 1 else 0
+            n_cont = contiguous_elements(forms, 0, self.extents) * eb
+            unique_lines = max(1.0, unique_bytes / min(n_cont, self.line))
+        reuse = self._reuse(buf, depths)
+        return (acc_type, bytes_, unique_bytes, lines, unique_lines) + reuse + (float(stride),)
+
+    def _reuse(self, buf, depths: set) -> tuple:
+        """(reuse type, distance in iterations, distance in bytes, reuse count): TVM's ComputeReuse."""
+        dis_iter, dis_bytes = 1.0, -1.0
+        for i in range(len(self.loops) - 1, -1, -1):
+            regions = self.touch[self.loops[i]]
+            ext = self.extents[i]
+            if i in depths:
+                dis_iter *= ext
+                dis_bytes = float(sum(n * eb for entries in regions.values() for _, n, eb in entries))
+            else:
+                if dis_bytes < 0:
+                    dis_bytes = float(sum(eb for entries in regions.values() for _, _, eb in entries))
+                return (REUSE_LOOP_MULTIPLE_READ, dis_iter, dis_bytes, float(ext))
+            entries = regions[buf]
+            if len(entries) > 1:
+                d_iter = float(min(n for _, n, _ in entries))
+                d_bytes = float(sum(n * eb for es in regions.values() for _, n, eb in es))
+                return (REUSE_SERIAL_MULTIPLE_READWRITE, d_iter / ext, d_bytes / ext,
+                        float(len(entries) - 1))
+        return (REUSE_NONE, 0.0, 0.0, 0.0)
+
+    def _annotation(self, depths: list, accesses: dict, store_buf) -> list:
+        """[number, product of lengths, innermost length, position] of one loop kind."""
+        if not depths:
+            return [0.0, 0.0, 0.0, POS_NONE]
+        prod = 1.0
+        for d in depths:
+            prod *= self.extents[d]
+        inner = depths[-1]
+        return [float(len(depths)), prod, float(self.extents[inner]),
+                self._position(inner, accesses, store_buf)]
+
+    def _position(self, depth: int, accesses: dict, store_buf) -> int:
+        """Where the loop at ``depth`` sits: inner/middle/outer spatial or reduce (TVM's
+        GetAnnotationPosEncoding, read off the flat indices: spatial loops index the
+        stored buffer, ordered by their stride in it; reduce loops only index reads)."""
+        store_forms = accesses[store_buf][1][:1]
+        spatial = {d: coefficient(store_forms, d) for d in accesses[store_buf][3]}
+        if depth in spatial:
+            if sum(1 for t in store_forms[0].terms if depth in t.depths) > 1:
+                return POS_MIXED  # a fused loop that indexes several dimensions
+            c = spatial[depth]
+            others = [v for d, v in spatial.items() if d != depth]
+            if not others or c < min(others):
+                return POS_INNER_SPATIAL
+            if c > max(others):
+                return POS_OUTER_SPATIAL
+            return POS_MIDDLE_SPATIAL if c != min(others) else POS_MIXED
+        read_depths: set = set()
+        for b, acc in accesses.items():
+            if b is not store_buf:
+                read_depths |= acc[3]
+        reduce = sorted(d for d in read_depths if d not in spatial)
+        if depth not in reduce:
+            return POS_OUTER_SPATIAL  # a loop of a consumer this stage is attached under
+        if depth == reduce[-1]:
+            return POS_INNER_REDUCE
+        return POS_OUTER_REDUCE if depth == reduce[0] else POS_MIDDLE_REDUCE
+
+    def _alloc_features(self, buf) -> None:
+        fea = self.features.get(buf)
+        if fea is None:
+            return
+        elems = 1.0
+        for d in buf.shape:
+            v = const_value(d)
+            elems *= v if isinstance(v, (int, float)) else 1
+        fea.alloc = [elems * _elem_bytes(buf.dtype), elems * self.outer_prod, self.outer_prod,
+                     fea.outer[0] / self.outer_prod]
+
+
+def _intensity_curve(float_ops: float, ops_list: list, bytes_list: list) -> list:
+    """TVM's ExtractArithmeticIntensityFeature: FLOP/byte, piecewise linear in FLOPs, 10 samples."""
+    n = ARITH_INTENSITY_CURVE_SAMPLE_N
+    if float_ops <= 0 or not ops_list:
+        return [0.0] * n
+    out, pt = [], 0
+    for i in range(n):
+        target = ops_list[-1] * (i + 1) / n
+        while ops_list[pt] < target - 1e-4:
+            pt += 1
+        cur = ops_list[pt] / max(bytes_list[pt], 1.0)
+        if pt == 0:
+            out.append(cur)
+        else:
+            prev = ops_list[pt - 1] / max(bytes_list[pt - 1], 1.0)
+            slope = (cur - prev) / (ops_list[pt] - ops_list[pt - 1])
+            out.append(prev + slope * (target - ops_list[pt - 1]))
+    return out
+
+
+def extract_feature_sets(func: T.PrimFunc, cache_line_bytes: int = 64) -> list:
+    """The FeatureSets of ``func``'s stored buffers, in first-store order.
+
+    Parameters
+    ----------
+    func : PrimFunc, preferably lowered with ``passes=False`` so loop kinds are visible
+    cache_line_bytes : int, bytes per cache line
+    """
+    ex = PerStoreExtractor(cache_line_bytes)
+    ex.visit(func.body)
+    return list(ex.features.values())
+
+
+__all__ = ["FeatureSet", "PerStoreExtractor", "extract_feature_sets", "count_ops",
+           "ARITH_INTENSITY_CURVE_SAMPLE_N", "OP_COUNTERS"]

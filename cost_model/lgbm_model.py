@@ -1,0 +1,281 @@
+"""LGBMModel: a LightGBM cost model trained on measured programs (Ansor section 5.2).
+
+    update(inputs, results) --features (feature.py, cached)--> per-state rows
+        --normalized throughput y = best cost of the task / cost (errors: 0)-->
+        --objective "auto": 4-fold cross-validation of pack-sum and rank, keep the one
+          that ranks the held-out states better (pairwise accuracy), retrain it on all-->
+        Booster
+    predict(task, states) --features--> Booster --> scores (higher = faster)
+
+This is TVM's ``XGBModel`` (python/tvm/auto_scheduler/cost_model/xgb_model.py)
+with LightGBM in place of XGBoost: the same normalized-throughput labels, the
+same pack-sum objective (a program's score is the sum of its stores' scores),
+the same warm-up (random scores until ``num_warmup_sample`` measurements) and
+the same retraining throttle (retrain once the data grew by a fifth).  The
+ranking alternative (lambdarank over one vector per state, see ``lgbm_train``)
+is kept when it ranks held-out programs better.
+
+Held-out pairwise accuracy on random 64x64x64 matmul schedules timed on the
+2-core development machine (train on 2/3, test on 1/3): with 40 training
+states (5 measured sets x 3 splits) pack-sum 0.76 on average (0.68-0.83),
+lambdarank 0.74 (0.61-0.82); with 200 training states (3 splits) pack-sum
+0.81-0.83, lambdarank 0.75.  So "auto" keeps pack-sum unless rank wins by
+RANK_MARGIN in cross-validation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+
+from .cost_model import CostModel, CostModelError
+from .feature import FEATURE_NAMES, FEATURE_VERSION, get_per_store_features_from_states, is_invalid
+from .lgbm_train import predict_pack_sum, predict_rank, train_pack_sum, train_rank
+from .metric import pairwise_accuracy
+
+MODEL_FORMAT = "autosched-lgbm-v1"
+OBJECTIVES = ("auto", "pack_sum", "rank")
+MIN_SELECTION_STATES = 32  # "auto" compares the objectives only with at least this many states
+RANK_MARGIN = 0.02         # rank replaces pack-sum (Ansor's choice) only when it wins by this much
+CV_FOLDS = 4               # the selection's cross-validation folds
+CV_MAX_STATES = 400        # above this many states the selection uses one held-out fold
+
+
+def _cost_s(res) -> float:
+    """Mean seconds of a successful result, inf for a failed one."""
+    if int(res.error_no) != 0 or not res.costs:
+        return math.inf
+    c = float(np.mean(res.costs))
+    return c if c > 0 else math.inf
+
+
+def _task_key(task) -> tuple:
+    return (str(getattr(task, "workload_key", id(task))), str(getattr(task, "target", "")))
+
+
+def normalized_throughput(costs: np.ndarray, task_ids: np.ndarray) -> np.ndarray:
+    """Per task, ``best cost / cost`` in [0, 1]: the best program has 1, failures (inf) 0."""
+    costs = np.asarray(costs, np.float64)
+    y = np.zeros(len(costs))
+    for t in np.unique(task_ids):
+        m = task_ids == t
+        ok = m & np.isfinite(costs)
+        if ok.any():
+            y[ok] = costs[ok].min() / costs[ok]
+    return y
+
+
+class LGBMModel(CostModel):
+    """LightGBM cost model with Ansor's pack-sum objective or a ranking objective.
+
+    Parameters
+    ----------
+    objective : "auto" | "pack_sum" | "rank"; "auto" keeps whichever ranks held-out states better
+    num_warmup_sample : int, predictions stay random until more states than this were measured
+        (Ansor's default 100); ``load`` sets it to -1 so a loaded model is used at once
+    seed : int or None (0), seeds the warm-up scores, the held-out split and LightGBM
+    model_file : path or None, loaded at construction (if it exists) and saved after each retrain
+    num_threads : int, LightGBM threads.  1 by default: on the busy 2-core machine
+        OpenMP's busy-waiting made 2 threads 40x slower (28 s against 0.65 s for 200 states)
+    num_rounds : int, boosting rounds per retrain
+    rank_agg : "mean" | "sum" | "mean_max", how the rank objective folds a state's rows
+    """
+
+    def __init__(self, objective: str = "auto", num_warmup_sample: int = 100, seed: int | None = None,
+                 model_file=None, num_threads: int = 1, num_rounds: int = 150, rank_agg: str = "mean"):
+        if objective not in OBJECTIVES:
+            raise CostModelError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        self.objective = objective
+        self.num_warmup_sample = num_warmup_sample
+        self.seed = 0 if seed is None else int(seed)
+        self.rng = np.random.default_rng(self.seed)
+        self.model_file = model_file
+        self.num_threads = num_threads
+        self.num_rounds = num_rounds
+        self.rank_agg = rank_agg
+        # training data, one entry per measured state
+        self.features: list = []     # float32 [n_stores, N_FEATURES] each
+        self.costs: list = []        # mean seconds, inf for failures
+        self.task_ids: list = []     # index into self._tasks
+        self._tasks: dict = {}       # (workload_key, target) -> task id
+        self.last_train_length = 0
+        self.booster = None
+        self.kind: str | None = None   # "pack_sum" or "rank" once trained
+        self.selection: dict = {}      # the last held-out comparison (see _select)
+        self._n_at_selection = 0
+        if model_file and os.path.isfile(model_file):
+            self.load(model_file)
+
+    # -- queries -------------------------------------------------------------
+    def predict(self, task, states: list) -> np.ndarray:
+        """float64 [len(states)], higher = faster; ``-inf`` for states that fail to lower.
+
+        Before training (or with no more than ``num_warmup_sample`` measurements)
+        the scores are uniform random from the model's seeded Generator, as in
+        Ansor; unlike Ansor no features are extracted then (lowering costs a few
+        milliseconds per state), so failing states are only found by measurement.
+        """
+        if self.booster is None or len(self.features) <= self.num_warmup_sample:
+            return self.rng.uniform(0.0, 1.0, len(states))
+        feats = get_per_store_features_from_states(task, states)
+        scores = self._predict_features(feats)
+        for k, f in enumerate(feats):
+            if is_invalid(f):
+                scores[k] = -math.inf
+        return scores
+
+    def _predict_features(self, feats: list) -> np.ndarray:
+        if self.kind == "rank":
+            return predict_rank(self.booster, feats, self.rank_agg)
+        return predict_pack_sum(self.booster, feats)
+
+    def score(self, inputs: list, results: list) -> float:
+        """Pairwise accuracy of this model's predictions on measurements (within each task).
+
+        Call it before ``update`` with a new batch to get the held-out figure.
+        """
+        groups: dict = {}
+        for k, inp in enumerate(inputs):
+            groups.setdefault(_task_key(inp.task), []).append(k)
+        preds = np.zeros(len(inputs))
+        gid = np.zeros(len(inputs), np.int64)
+        for g, (key, idx) in enumerate(groups.items()):
+            task = inputs[idx[0]].task
+            preds[idx] = self.predict(task, [inputs[k].state for k in idx])
+            gid[idx] = g
+        costs = np.array([_cost_s(r) for r in results])
+        return pairwise_accuracy(preds, costs, gid)
+
+    # -- training --------------------------------------------------------------
+    def update(self, inputs: list, results: list) -> None:
+        """Add measurements and retrain (once the data grew by a fifth since the last retrain).
+
+        inputs: MeasureInput list (``.task`` with ``.workload_key``/``.target``, ``.state``);
+        results: MeasureResult list of the same length (``.costs`` seconds, ``.error_no``).
+        """
+        if len(inputs) != len(results):
+            raise CostModelError(f"{len(inputs)} inputs but {len(results)} results")
+        if not inputs:
+            return
+        by_task: dict = {}
+        for k, inp in enumerate(inputs):
+            by_task.setdefault(_task_key(inp.task), []).append(k)
+        feats: list = [None] * len(inputs)
+        for key, idx in by_task.items():
+            fs = get_per_store_features_from_states(inputs[idx[0]].task, [inputs[k].state for k in idx])
+            for k, f in zip(idx, fs):
+                feats[k] = f
+        for inp, res, f in zip(inputs, results, feats):
+            self.features.append(f)
+            self.costs.append(_cost_s(res))
+            self.task_ids.append(self._tasks.setdefault(_task_key(inp.task), len(self._tasks)))
+        if len(self.features) - self.last_train_length < self.last_train_length / 5:
+            return
+        self.last_train_length = len(self.features)
+        self._train()
+        if self.model_file:
+            self.save(self.model_file)
+
+    def _training_set(self) -> tuple:
+        keep = [k for k, f in enumerate(self.features) if not is_invalid(f)]
+        feats = [self.features[k] for k in keep]
+        costs = np.asarray([self.costs[k] for k in keep], np.float64)
+        tids = np.asarray([self.task_ids[k] for k in keep], np.int64)
+        return feats, costs, tids, normalized_throughput(costs, tids)
+
+    def _fit(self, kind: str, feats: list, y: np.ndarray, tids: np.ndarray):
+        if kind == "rank":
+            return train_rank(feats, y, tids, self.rank_agg, self.num_rounds, self.num_threads, self.seed)
+        return train_pack_sum(feats, y, self.num_rounds, self.num_threads, self.seed)
+
+    def _train(self) -> None:
+        feats, costs, tids, y = self._training_set()
+        if int(np.sum(y > 0)) < 2:
+            return  # nothing to learn from yet: keep predicting at random
+        kind = self.kind or ("rank" if self.objective == "rank" else "pack_sum")
+        if self.objective == "auto":
+            if len(feats) >= MIN_SELECTION_STATES and len(feats) >= 2 * self._n_at_selection:
+                kind = self._select(feats, costs, tids)
+        else:
+            kind = self.objective
+        self.booster = self._fit(kind, feats, y, tids)
+        self.kind = kind
+
+    def _select(self, feats: list, costs: np.ndarray, tids: np.ndarray) -> str:
+        """Compare the objectives on held-out states; return the winner.
+
+        Up to CV_MAX_STATES states: 4-fold cross-validation (every state is held out
+        once); above: one held-out quarter.  Pairs are scored within a fold and a
+        task.  Fills ``self.selection`` with both pairwise accuracies.
+        """
+        n = len(feats)
+        fold = np.random.default_rng(self.seed + n).permutation(n) % CV_FOLDS
+        folds = range(CV_FOLDS) if n <= CV_MAX_STATES else range(1)
+        preds = {"pack_sum": [], "rank": []}
+        held, groups = [], []
+        for f in folds:
+            tr, te = np.flatnonzero(fold != f), np.flatnonzero(fold == f)
+            f_tr, f_te = [feats[k] for k in tr], [feats[k] for k in te]
+            y_tr = normalized_throughput(costs[tr], tids[tr])
+            for kind in preds:
+                booster = self._fit(kind, f_tr, y_tr, tids[tr])
+                preds[kind].append(predict_rank(booster, f_te, self.rank_agg) if kind == "rank"
+                                   else predict_pack_sum(booster, f_te))
+            held.append(te)
+            groups.append(tids[te] * CV_FOLDS + f)
+        held_idx, gid = np.concatenate(held), np.concatenate(groups)
+        acc = {kind: pairwise_accuracy(np.concatenate(p), costs[held_idx], gid)
+               for kind, p in preds.items()}
+        chosen = "rank" if acc["rank"] > acc["pack_sum"] + RANK_MARGIN else "pack_sum"
+        self.selection = {"pack_sum": acc["pack_sum"], "rank": acc["rank"],
+                          "n_states": n, "n_heldout": len(held_idx), "chosen": chosen}
+        self._n_at_selection = n
+        return chosen
+
+    # -- persistence -------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write the model as one JSON file (booster text, objective, feature version)."""
+        doc = {
+            "format": MODEL_FORMAT,
+            "feature_version": FEATURE_VERSION,
+            "n_features": len(FEATURE_NAMES),
+            "kind": self.kind,
+            "rank_agg": self.rank_agg,
+            "selection": self.selection,
+            "booster": None if self.booster is None else self.booster.model_to_string(),
+        }
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh)
+        os.replace(tmp, path)
+
+    def load(self, path) -> None:
+        """Read a model written by :meth:`save`; predictions use it at once.
+
+        Raises CostModelError if the file is not such a model or was trained on
+        other features (another FEATURE_VERSION).
+        """
+        import lightgbm
+
+        try:
+            with open(path) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as err:
+            raise CostModelError(f"cannot read a cost model from {path}: {err}") from None
+        if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
+            raise CostModelError(f"{path} is not an {MODEL_FORMAT} file")
+        if doc.get("feature_version") != FEATURE_VERSION:
+            raise CostModelError(f"{path} was trained on features {doc.get('feature_version')!r}, "
+                                 f"this build extracts {FEATURE_VERSION!r}")
+        self.kind = doc.get("kind")
+        self.rank_agg = doc.get("rank_agg", self.rank_agg)
+        self.selection = doc.get("selection") or {}
+        text = doc.get("booster")
+        self.booster = None if text is None else lightgbm.Booster(model_str=text)
+        self.num_warmup_sample = -1
+
+
+__all__ = ["LGBMModel", "normalized_throughput", "pairwise_accuracy", "MODEL_FORMAT"]

@@ -1,0 +1,42 @@
+"""sketch_rules: Ansor's rules for sketches, random annotations and mutations.
+
+    ComputeDAG --generate_sketches--> sketches --sample_init_population--> complete States
+    State --apply_mutation (MutateTileSize, ...)--> State
+
+The search layer (``scheduler_core.search_policy``) drives these functions; the
+package imports only the compiler layer of ``scheduler_core``.  Every function
+takes a duck-typed ``policy``: ``policy.task`` (``compute_dag``, ``target``,
+``hardware_params`` with ``num_cores``...), ``policy.params``
+(:class:`SketchPolicyParams`) and, where random, a ``numpy.random.Generator``.
+
+Reading guide: ``sketch_rule`` (the rule contract), ``cpu_sketch_rules`` and
+``scan_sketch_rule`` (the rules), ``sketch_generation`` (the derivation),
+``init_population``, ``mutation``; ``state_queries``, ``step_history``,
+``tiling``, ``compute_location`` and ``split_factors`` are their helpers.
+"""
+
+from .cpu_sketch_rules import (RuleAddCacheWrite, RuleAddRfactor, RuleAlwaysInline,
+                               RuleMultiLevelTiling, RuleMultiLevelTilingWithFusion,
+                               RuleSkipStage)
+from .init_population import (InitChangeComputeLocation, InitFillTileSize, InitParallel,
+                              InitUnroll, InitVectorization, PopulationGenerationRule,
+                              apply_init_rules, default_init_rules, sample_init_population)
+from .mutation import (DEFAULT_MUTATION_RULES, MutateAutoUnroll, MutateComputeLocation,
+                       MutateParallel, MutateTileSize, MutationRule, apply_mutation)
+from .params import SketchPolicyParams
+from .scan_sketch_rule import RuleScanUpdate
+from .sketch_generation import (default_sketch_rules, generate_sketches, register_sketch_rule,
+                                registered_sketch_rules, unregister_sketch_rule)
+from .sketch_rule import ConditionKind, CustomSketchRule, SketchRule
+
+__all__ = [
+    "SketchPolicyParams", "ConditionKind", "SketchRule", "CustomSketchRule",
+    "RuleAlwaysInline", "RuleAddRfactor", "RuleAddCacheWrite", "RuleMultiLevelTilingWithFusion",
+    "RuleMultiLevelTiling", "RuleScanUpdate", "RuleSkipStage", "default_sketch_rules",
+    "generate_sketches", "register_sketch_rule", "unregister_sketch_rule",
+    "registered_sketch_rules", "PopulationGenerationRule", "InitFillTileSize",
+    "InitChangeComputeLocation", "InitParallel", "InitUnroll", "InitVectorization",
+    "default_init_rules", "apply_init_rules", "sample_init_population", "MutationRule",
+    "MutateTileSize", "MutateComputeLocation", "MutateAutoUnroll", "MutateParallel",
+    "DEFAULT_MUTATION_RULES", "apply_mutation",
+]

@@ -1,0 +1,282 @@
+"""Initial population: fill a sketch's unknowns with random annotations.
+
+    sketch --InitFillTileSize--> --InitChangeComputeLocation--> --InitParallel-->
+           --InitUnroll--> --InitVectorization--> complete State  (lowered to check)
+
+Ansor, section 4.2 ("random annotation"), ``sketch_policy_rules.cc`` section
+"Init Population", CPU rule order.  Every rule takes ``(policy, state, rng)`` and
+returns a new State or None (failed); every random choice comes from the numpy
+Generator passed in.  Departures from Ansor: InitChangeComputeLocation may inline
+any legal stage (Ansor only inlines stages that were attached somewhere);
+InitParallel leaves loops of extent 1 serial; the stages a scan computes inside
+its time loop keep their placement and their time loop is never vectorized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler_core.dataflow_step import ComputeInlineStep
+from scheduler_core.errors import LoweringError, ScheduleError
+from scheduler_core.lower import lower_state
+from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, ComputeRootStep,
+                                           FuseStep, PragmaStep, SplitStep)
+
+from .compute_location import get_compute_location_candidates
+from .split_factors import factorization_schemes
+from .state_queries import (attached_stages, derives_from, has_nested_parallel,
+                            has_reduce_iter, is_tiled, needs_multi_level_tiling, scan_body_ids)
+from .step_history import replay_or_none, step_key
+
+AUTO_UNROLL_CONFIGS_CPU = (0, 16, 64, 512)
+
+
+class PopulationGenerationRule:
+    """Base class: ``apply(policy, state, rng) -> State | None`` (None = failed)."""
+
+    name = "PopulationGenerationRule"
+
+    def apply(self, policy, state, rng):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _pick(rng, seq):
+    return seq[int(rng.integers(len(seq)))]
+
+
+class InitFillTileSize(PopulationGenerationRule):
+    """Give every split with unknown lengths a random factorization of its extent (the
+    product divides the extent; innermost <= ``params.max_innermost_split_factor``),
+    then replay the steps.  Fails on a symbolic extent or an illegal replay."""
+
+    name = "InitFillTileSize"
+
+    def apply(self, policy, state, rng):
+        max_inner = policy.params.max_innermost_split_factor
+        steps = list(state.transform_steps)
+        changed = False
+        for k, step in enumerate(steps):
+            if not isinstance(step, SplitStep) or all(ln is not None for ln in step.lengths):
+                continue
+            if not isinstance(step.extent, int):
+                return None
+            scheme = _pick(rng, factorization_schemes(step.extent, len(step.lengths), max_inner))
+            steps[k] = replace(step, lengths=tuple(int(x) for x in scheme))
+            changed = True
+        return replay_or_none(state, steps) if changed else state
+
+
+class InitChangeComputeLocation(PopulationGenerationRule):
+    """From the last stage to the first, move each untiled stage that does not need
+    multi-level tiling to a random place: inlined, root, or one of its compute-location
+    candidates.  A move the compiler refuses leaves the stage where it was."""
+
+    name = "InitChangeComputeLocation"
+
+    def apply(self, policy, state, rng):
+        if policy.params.disable_change_compute_location:
+            return state
+        body = scan_body_ids(state)
+        for sid in range(len(state.stages) - 1, -1, -1):
+            st = state.stages[sid]
+            if st.op_type != "compute" or st.compute_at == "inlined" or sid in body:
+                continue
+            if is_tiled(st) or needs_multi_level_tiling(state, sid):
+                continue
+            cands = get_compute_location_candidates(state, sid)
+            choice = int(rng.integers(len(cands) + 2))
+            if choice == 0:
+                step = None if has_reduce_iter(st) else ComputeInlineStep(sid)
+            elif choice == 1:
+                step = None if st.compute_at == "root" else ComputeRootStep(sid)
+            else:
+                step = ComputeAtStep(sid, *cands[choice - 2])
+            if step is not None:
+                try:
+                    state = step.apply(state)
+                except ScheduleError:
+                    pass
+        return state
+
+
+class InitParallel(PopulationGenerationRule):
+    """Fuse the outer spatial loops of each root stage and mark the fused loop parallel,
+    stopping at a reduction or annotated loop, at a loop other stages are computed at,
+    or once the parallel extent exceeds ``16 x num_cores``.  A stage whose outer loops
+    have extent 1 passes the job to the stages computed at its first loop."""
+
+    name = "InitParallel"
+
+    def apply(self, policy, state, rng):
+        limit = 16 * policy.task.hardware_params.num_cores
+        body = scan_body_ids(state)
+        for sid, st in enumerate(state.stages):
+            if st.compute_at == "root" and st.op_type == "compute" and sid not in body:
+                state = _annotate_parallel(state, sid, 0, limit)
+        return state
+
+
+def _annotate_parallel(state, sid: int, offset: int, limit: int):
+    st = state.stages[sid]
+    attach = attached_stages(state)
+    to_fuse: list = []
+    degree = 1
+    i = offset
+    while i < len(st.iters):
+        it = st.iters[i]
+        if it.kind != "spatial" or it.annotation != "none" or it.const_extent is None:
+            break
+        to_fuse.append(i)
+        degree *= it.const_extent
+        if degree > limit or (sid, i) in attach:
+            break
+        i += 1
+    if degree == 1:
+        if (sid, i) in attach:
+            for child in attach[(sid, i)]:
+                state = _annotate_parallel(state, child, 0, limit)
+            state = _annotate_parallel(state, sid, i + 1, limit)
+        return state
+    if len(to_fuse) > 1:
+        state = FuseStep(sid, tuple(to_fuse)).apply(state)
+    return AnnotationStep(sid, to_fuse[0], "parallel").apply(state)
+
+
+class InitUnroll(PopulationGenerationRule):
+    """Put ``auto_unroll_max_step`` (0, 16, 64 or 512, at random) on the outermost loop of
+    every stage with a reduction loop."""
+
+    name = "InitUnroll"
+
+    def apply(self, policy, state, rng):
+        for sid, st in enumerate(state.stages):
+            if st.op_type == "placeholder" or st.compute_at == "inlined" or not has_reduce_iter(st):
+                continue
+            value = _pick(rng, AUTO_UNROLL_CONFIGS_CPU)
+            state = PragmaStep(sid, 0, f"auto_unroll_max_step${value}").apply(state)
+        return state
+
+
+class InitVectorization(PopulationGenerationRule):
+    """Vectorize the innermost spatial loop of every stage, fusing a random number of the
+    innermost loops first when their extents' product stays <= ``params.max_vectorize_size``
+    (a tiled stage vectorizes only its innermost loop)."""
+
+    name = "InitVectorization"
+
+    def apply(self, policy, state, rng):
+        max_size = policy.params.max_vectorize_size
+        body = scan_body_ids(state)
+        for sid, st in enumerate(state.stages):
+            if st.op_type != "compute" or st.compute_at == "inlined":
+                continue
+            time = st.root[0].var.name if sid in body and st.root else None
+            attach = attached_stages(state)
+            n_fusible, prod = 0, 1
+            while n_fusible < len(st.iters):
+                iter_id = len(st.iters) - 1 - n_fusible
+                it = st.iters[iter_id]
+                if (sid, iter_id) in attach or it.kind != "spatial" or it.annotation != "none":
+                    break
+                if time is not None and derives_from(it.name, time):
+                    break
+                if is_tiled(st) and n_fusible != 0:
+                    break
+                if it.const_extent is None:
+                    break
+                prod *= it.const_extent
+                if prod > max_size:
+                    break
+                n_fusible += 1
+            if n_fusible > 1:
+                n_fusible = 1 + int(rng.integers(n_fusible - 1))
+            if n_fusible == 1:
+                state = AnnotationStep(sid, len(st.iters) - 1, "vectorize").apply(state)
+            elif n_fusible > 1:
+                ids = tuple(range(len(st.iters) - n_fusible, len(st.iters)))
+                state = FuseStep(sid, ids).apply(state)
+                state = AnnotationStep(sid, ids[0], "vectorize").apply(state)
+        return state
+
+
+def default_init_rules() -> list:
+    """Ansor's CPU init-population rules in order."""
+    return [InitFillTileSize(), InitChangeComputeLocation(), InitParallel(), InitUnroll(),
+            InitVectorization()]
+
+
+def apply_init_rules(policy, sketch, rng, rules=None):
+    """Run the init rules on ``sketch``; the complete State, or None when a rule fails.
+
+    A step refused by the compiler (ScheduleError) inside a rule also counts as a
+    failure.  Nothing is lowered here."""
+    state = sketch
+    for rule in (rules if rules is not None else default_init_rules()):
+        try:
+            state = rule.apply(policy, state, rng)
+        except ScheduleError:
+            return None
+        if state is None:
+            return None
+    return state
+
+
+def lowers(state) -> bool:
+    """Whether ``lower_state(state, passes=False)`` succeeds: bound inference and loop
+    emission, without the unroll/vectorize passes (ScheduleError / LoweringError -> False;
+    any other exception is a compiler bug and propagates)."""
+    try:
+        lower_state(state, passes=False)
+    except (ScheduleError, LoweringError):
+        return False
+    return True
+
+
+def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries: int | None = None,
+                           check_lowering: bool = True) -> list:
+    """Up to ``n`` distinct complete States sampled from ``sketches``.
+
+    Parameters
+    ----------
+    policy : duck-typed search policy (see ``sketch_rule``)
+    sketches : list of State, from ``generate_sketches``
+    n : int, the number of states wanted
+    rng : numpy.random.Generator, the only source of randomness
+    rules : list of PopulationGenerationRule, default :func:`default_init_rules`
+    max_tries : int, the number of attempts in all (default ``4 * n + 64``); sampling
+        also stops after ``max(64, n)`` attempts in a row that gave nothing new
+    check_lowering : bool, drop states that do not lower (ScheduleError/LoweringError)
+
+    Returns the states in sampling order, de-duplicated by their steps, without
+    nested parallel loops (Ansor's SampleInitPopulation with PruneInvalidState).
+    """
+    if not sketches or n <= 0:
+        return []
+    max_tries = 4 * n + 64 if max_tries is None else max_tries
+    patience = max(64, n)
+    out: list = []
+    seen: set = set()
+    tries = stale = 0
+    while len(out) < n and tries < max_tries and stale < patience:
+        tries += 1
+        stale += 1
+        state = apply_init_rules(policy, _pick(rng, sketches), rng, rules)
+        if state is None:
+            continue
+        key = step_key(state)
+        if key in seen:
+            continue
+        seen.add(key)
+        if has_nested_parallel(state) or (check_lowering and not lowers(state)):
+            continue
+        out.append(state)
+        stale = 0
+    return out
+
+
+__all__ = ["PopulationGenerationRule", "InitFillTileSize", "InitChangeComputeLocation",
+           "InitParallel", "InitUnroll", "InitVectorization", "default_init_rules",
+           "apply_init_rules", "sample_init_population", "lowers", "AUTO_UNROLL_CONFIGS_CPU"]
