@@ -10,8 +10,10 @@ without the sampler's lowering filter, so a state that the transform steps
 accepted but the compiler cannot lower (or builds wrongly) fails here, with its
 step records in the message, ready for ``test_compiler_regressions.py``.
 
-Fast tier: ~30 states per DAG lowered, a few built and run.  ``slow`` tier:
-1200 states per DAG lowered, 40 built and run.
+Programs are built and run in a worker process (``program_check``), so a
+compiler crash fails one test instead of killing the session.  Fast tier: 30
+states per DAG lowered, 3 built and run.  ``slow`` tier: 1200 states per DAG
+lowered, 40 built and run.
 """
 
 from __future__ import annotations
@@ -21,38 +23,18 @@ import json
 import numpy as np
 import pytest
 
-import scheduler_core as sc
-from scheduler_core import reference
-from scheduler_core.compute_dag import ComputeDAG
 from scheduler_core.lower import lower_state
 from sketch_rules import apply_init_rules, apply_mutation, generate_sketches
 from sketch_rules.state_queries import has_nested_parallel
-from tests import workloads as W
+from tests.sketch_rules.program_check import DAGS, RUNNER, get_dag
 from tests.sketch_rules.stub_policy import make_policy
-
-DAGS = {
-    "matmul": lambda: W.matmul(17, 24, 9),
-    "matmul_rfactor": lambda: W.matmul(4, 4, 40),
-    "matmul_add": lambda: W.matmul_add(12, 8, 16),
-    "matmul_bias_relu": lambda: W.matmul_bias_relu(12, 10, 7),
-    "conv2d_nchw": lambda: W.conv2d_nchw(1, 3, 10, 10, 4, 3, 3, pad=1),
-    "softmax": lambda: W.softmax(8, 33),
-    "layer_norm": lambda: W.layer_norm(6, 20),
-    "batch_matmul": lambda: W.batch_matmul(2, 5, 7, 6),
-    "depthwise_conv2d": lambda: W.depthwise_conv2d(1, 3, 9, 9, 3, 3, pad=1),
-    "transpose": lambda: W.transpose(13, 7),
-    "rgb_to_yuv": lambda: W.rgb_to_yuv(11, 6),
-    "cumsum_scan": lambda: W.cumsum_scan(9, 10),
-    "two_stage_scan": lambda: W.two_stage_scan(7, 12),
-    "two_state_scan": lambda: W.two_state_scan(5, 6, 20),
-}
 
 _POLICIES: dict = {}
 
 
 def get_policy(name: str):
     if name not in _POLICIES:
-        policy = make_policy(ComputeDAG(DAGS[name]()))
+        policy = make_policy(get_dag(name))
         _POLICIES[name] = (policy, generate_sketches(policy))
     return _POLICIES[name]
 
@@ -94,22 +76,12 @@ def check_lowers(name: str, state) -> None:
                              f"{type(err).__name__}: {err}\nsteps: {records(state)}\n{state}") from err
 
 
-def check_runs(name: str, state, rng: np.random.Generator) -> None:
-    dag = state.dag
-    inputs = [rng.uniform(-1.0, 1.0, size=tuple(int(s.value) for s in t.shape)).astype(t.dtype)
-              for t in dag.inputs]
-    expected = reference.evaluate(dag, inputs)
-    try:
-        mod = sc.build(state, list(dag.inputs) + list(dag.outputs), "llvm")
-        outs = [np.full(tuple(int(s.value) for s in t.shape), np.nan, dtype=t.dtype)
-                for t in dag.outputs]
-        mod(*inputs, *outs)
-        for got, want in zip(outs, expected):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    except Exception as err:
-        raise AssertionError(f"{name}: a sampled state fails to build or run correctly: "
-                             f"{type(err).__name__}: {str(err)[:2000]}\nsteps: {records(state)}\n"
-                             f"{state}") from err
+def check_runs(name: str, state, seed: int) -> None:
+    """Build and run ``state`` in the crash-safe worker; compare with the reference."""
+    error = RUNNER.check(name, records(state), seed)
+    if error is not None:
+        raise AssertionError(f"{name}: a sampled state fails to build or run correctly: {error}\n"
+                             f"steps: {records(state)}\n{state}")
 
 
 def check_dag(name: str, seed: int, n_init: int, n_mutate: int, n_build: int) -> None:
@@ -122,7 +94,7 @@ def check_dag(name: str, seed: int, n_init: int, n_mutate: int, n_build: int) ->
     if len(states) > n_init and n_build >= 2:
         picks[-1] = len(states) - 1  # always one mutated state
     for k in picks:
-        check_runs(name, states[k], rng)
+        check_runs(name, states[k], seed + k)
 
 
 @pytest.mark.parametrize("name", sorted(DAGS))
