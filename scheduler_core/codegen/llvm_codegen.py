@@ -186,10 +186,18 @@ def optimize(mod, tm) -> None:
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    pto.loop_unrolling = True
+    # LLVM's own unroller is off: unrolling is the schedule's choice (unroll annotations,
+    # auto_unroll_max_step) and our unroll pass does it.  With it on, LLVM 22's O3 can
+    # emit a use before its definition after unrolling our vector tiles, which then
+    # aborts instruction selection ("Already set a value for this node!").
+    pto.loop_unrolling = False
     pto.loop_interleaving = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+    try:
+        mod.verify()
+    except RuntimeError as err:  # an optimizer bug must not reach instruction selection
+        raise BuildError(f"LLVM produced invalid IR after optimization: {err}") from err
 
 
 def _check_externals(mod) -> None:

@@ -2,8 +2,8 @@
 
 Each test is a minimal reproducer (as small as the step-removal shrinker got it)
 of a state that the transform steps accepted but that fails to lower, build or
-compute the right numbers.  They are marked ``xfail(strict=False)`` until the
-compiler layer is fixed; the owners of ``scheduler_core`` remove the mark.
+compute the right numbers.  They were xfail until the compiler was fixed (LLVM's own loop unroller is now
+off; our unroll pass does the unrolling the schedule asks for).
 Programs that can abort the process run in a subprocess.
 """
 
@@ -51,10 +51,6 @@ CONV2D_UNROLLED_VECTORIZED_PAD = [
 ]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "codegen: LLVM O3 aborts the process (ValueMapper 'Referenced value not in value map') "
-    "on a conv2d whose vectorized, masked-load padding stage is computed inside an "
-    "auto-unrolled (max step 512) conv2d tile; found by sketch sampling"))
 def test_conv2d_unrolled_vectorized_padding_builds():
     rc, out = run_in_subprocess("conv2d_nchw", CONV2D_UNROLLED_VECTORIZED_PAD)
     assert rc == 0, out
@@ -77,18 +73,11 @@ MATMUL_ADD_UNROLLED_VECTORIZED = [
 ]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "codegen/LLVM: instruction selection aborts the process (SelectionDAGBuilder 'Already "
-    "set a value for this node!') on matmul+bias with the matmul tile auto-unrolled and "
-    "vectorized (4 lanes) and the epilogue vectorized (8 lanes); found by sketch sampling"))
 def test_matmul_add_unrolled_vectorized_builds():
     rc, out = run_in_subprocess("matmul_add", MATMUL_ADD_UNROLLED_VECTORIZED)
     assert rc == 0, out
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "codegen/LLVM: O3 aborts the process (ValueMapper 'Referenced value not in value map') "
-    "on the same matmul+bias state with the epilogue's outer loops fused and parallel"))
 def test_matmul_add_unrolled_vectorized_parallel_builds():
     steps = MATMUL_ADD_UNROLLED_VECTORIZED[:9] + [["AN", 4, 0, 3]] + MATMUL_ADD_UNROLLED_VECTORIZED[9:]
     rc, out = run_in_subprocess("matmul_add", steps)
