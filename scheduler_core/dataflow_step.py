@@ -100,7 +100,7 @@ class ComputeInlineStep:
                 check(not any(t.op is st.op for t in sc.op.init + sc.op.update),
                       f"cannot inline {st.name}: it is a scan's init or update")
         st = replace(st, compute_at="inlined", attach=None)
-        return state.with_stage(self.stage_id, st).with_step(self)
+        return ts.check_compute_locations(state.with_stage(self.stage_id, st)).with_step(self)
 
     def to_record(self) -> list:
         return ["CI", self.stage_id]
@@ -136,7 +136,7 @@ class CacheReadStep:
         state = state.insert_stage(pos, make_stage(cache, origin_op=None))
         state = replace(state, stages=tuple(
             replace(s, origin_op=None) if s.op is cache else s for s in state.stages))
-        return state.with_step(self)
+        return ts.check_compute_locations(state).with_step(self)
 
     def to_record(self) -> list:
         return ["CHR", self.stage_id, self.scope_name, list(self.reader_stage_ids)]
@@ -171,7 +171,7 @@ class CacheWriteStep:
         state = state.insert_stage(self.stage_id, make_stage(local, origin_op=None))
         state = replace(state, stages=tuple(
             replace(s, origin_op=None) if s.op is local else s for s in state.stages))
-        return state.with_step(self)
+        return ts.check_compute_locations(state).with_step(self)
 
     def to_record(self) -> list:
         return ["CHW", self.stage_id, self.scope_name]
@@ -242,7 +242,7 @@ class RfactorStep:
         state = state.insert_stage(self.stage_id, make_stage(rf_op, origin_op=None))
         state = replace(state, stages=tuple(
             replace(s, origin_op=None) if s.op is rf_op else s for s in state.stages))
-        return state.with_step(self)
+        return ts.check_compute_locations(state).with_step(self)
 
     def to_record(self) -> list:
         return ["RF", self.stage_id, self.iter_id, self.factor_iter_id]

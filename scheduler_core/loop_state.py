@@ -236,6 +236,33 @@ class State:
         return replace(self, stages=tuple(stages))
 
 
+def scan_body_stages(state: "State") -> dict:
+    """Stage id -> id of the scan whose time loop computes it.
+
+    A scan's body is its update stages and every compute stage that reads the
+    scan's state (directly or through other such stages): one time step of
+    them runs in the scan's innermost time loop (unless attached deeper).
+    """
+    out = {}
+    for k, st in enumerate(state.stages):
+        if not isinstance(st.op, ScanOp):
+            continue
+        states = {id(t.op) for t in st.op.state_placeholder}
+        reads_state: set = set()
+        for j, s2 in enumerate(state.stages[:k]):
+            ins = {id(t.op) for t in s2.op.input_tensors()}
+            if ins & states or any(id(state.stages[r].op) in ins for r in reads_state):
+                reads_state.add(j)
+        for j in reads_state:
+            if state.stages[j].op_type == "compute":
+                out[j] = k
+        for t in st.op.update:
+            for j, s2 in enumerate(state.stages):
+                if s2.op is t.op:
+                    out[j] = k
+    return out
+
+
 def const_int(e: Any, what: str) -> int:
     v = const_value(e)
     check(isinstance(v, int), f"{what} must be a constant integer, got {e}")
