@@ -268,6 +268,9 @@ def _cached_data(specs: list, data_file: str | None) -> tuple:
     return value
 
 
+SLOW_CALL_S = 0.25  # seconds: a first call this slow is the measurement
+
+
 def run_in_worker(filename: str, specs: list, data_file: str | None, number: int, repeat: int,
                   min_repeat_ms: float, enable_cpu_cache_flush: bool) -> tuple:
     """Load ``filename``, [check it against ``data_file``], time it.  Runs in the runner worker.
@@ -286,6 +289,14 @@ def run_in_worker(filename: str, specs: list, data_file: str | None, number: int
             message = compare_outputs(specs, outputs, expected)
             if message:
                 return int(MeasureErrorNo.WRONG_ANSWER), message, ()
+        # A slow candidate's timing is cut short (tinygrad's habit): one call already
+        # shows it is far from the best, and timing it number x repeat more would
+        # dominate the search's wall time.  The first call is also the warm-up.
+        start = time.perf_counter()
+        module(*args)
+        first_s = time.perf_counter() - start
+        if first_s >= SLOW_CALL_S:
+            return int(MeasureErrorNo.NO_ERROR), "", (first_s,)
         evaluator = module.time_evaluator(module.entry_name, "cpu", number=number, repeat=repeat,
                                           min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=enable_cpu_cache_flush)
         profile = evaluator(*args)
