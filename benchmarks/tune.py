@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import scheduler_core as sc
+from compiler_core import _best_of as _median_time, rgb_to_yuv  # same folder
 from scheduler_core import te
 
 
@@ -40,27 +41,7 @@ def matmul_add(n: int):
     return [A, B, C, out]
 
 
-def rgb_to_yuv(w: int, h: int):
-    rgb = te.placeholder((w, h, 3), name="rgb")
-    y = lambda i, j: rgb[i, j, 0] * 0.257 + rgb[i, j, 1] * 0.504 + rgb[i, j, 2] * 0.098  # noqa: E731
-    u = lambda i, j: rgb[i, j, 0] * -0.148 + rgb[i, j, 1] * -0.291 + rgb[i, j, 2] * 0.439  # noqa: E731
-    v = lambda i, j: rgb[i, j, 0] * 0.439 + rgb[i, j, 1] * -0.368 + rgb[i, j, 2] * -0.071  # noqa: E731
-    yuv = te.compute((w, h, 3), lambda i, j, c: te.if_then_else(
-        c == 0, y(i, j), te.if_then_else(c == 1, u(i, j), v(i, j))), name="yuv")
-    return [rgb, yuv]
-
-
 YUV = np.array([[0.257, -0.148, 0.439], [0.504, -0.291, -0.368], [0.098, 0.439, -0.071]], np.float32)
-
-
-def _median_time(fn, repeat: int = 7, number: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return float(np.median(times))
 
 
 def _torch_time(name: str, arrays: list):

@@ -210,19 +210,10 @@ def scan_init_ids(state) -> set:
 
 def scan_body_ids(state) -> set:
     """Ids of the stages the lowering computes inside a scan's time loop: the update
-    stages and every compute stage that reads the scan's state, directly or not."""
-    out = set(scan_update_ids(state))
-    for k, st in enumerate(state.stages):
-        if not isinstance(st.op, ScanOp):
-            continue
-        states = {id(t.op) for t in st.op.state_placeholder}
-        reads_state: set = set()
-        for j, s2 in enumerate(state.stages[:k]):
-            ins = {id(t.op) for t in s2.op.input_tensors()}
-            if ins & states or any(id(state.stages[r].op) in ins for r in reads_state):
-                reads_state.add(j)
-        out |= {j for j in reads_state if state.stages[j].op_type == "compute"}
-    return out
+    stages and every compute stage that reads the scan's state, directly or not
+    (the compiler layer's own ``loop_state.scan_body_stages``)."""
+    from scheduler_core.loop_state import scan_body_stages
+    return set(scan_body_stages(state))
 
 
 def derives_from(iter_name: str, root_name: str) -> bool:
