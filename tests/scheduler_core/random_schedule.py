@@ -9,8 +9,9 @@ spatial iterator, vectorize on the innermost one, unroll on a small one),
 pragma ``auto_unroll_max_step``, compute_inline (element-wise non-output
 stages), compute_at (at an iterator of a consumer, sometimes of an indirect
 one), compute_root, cache_read / cache_write (cache_write only succeeds on
-untransformed stages), rfactor (after a reduce axis was split) and
-storage_align (on a spatial root axis).  The steps themselves decide
+untransformed stages), rfactor (after a reduce axis was split),
+storage_align (on a spatial root axis) and, rarely, GPU bindings (vthread,
+blockIdx/threadIdx, which a CPU build runs serially).  The steps themselves decide
 legality: an attempt whose step raises ``ScheduleError`` is skipped, nothing
 else is caught, so any other exception escapes to the test as a bug.
 
@@ -34,7 +35,7 @@ from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, Comput
 ACTION_WEIGHTS = {
     "split": 6, "reorder": 3, "fuse": 3, "parallel": 2, "vectorize": 2, "unroll": 2,
     "pragma": 1, "compute_inline": 2, "compute_at": 4, "compute_root": 1,
-    "cache_read": 1, "cache_write": 1, "rfactor": 2, "storage_align": 1,
+    "cache_read": 1, "cache_write": 1, "rfactor": 2, "storage_align": 1, "gpu_bind": 1,
 }
 MAX_UNROLLED = 16  # at most this many copies of a body from unroll annotations per stage
 
@@ -122,6 +123,15 @@ def _unroll(state, sid, rng):
     return AnnotationStep(sid, _pick(rng, cands), "unroll")
 
 
+def _gpu_bind(state, sid, rng):
+    # GPU axes and vthread: the CPU build runs them as serial loops.
+    iters = state.stages[sid].iters
+    if not iters:
+        return None
+    ann = _pick(rng, ["vthread", "blockIdx.x", "threadIdx.x", "threadIdx.y"])
+    return AnnotationStep(sid, int(rng.integers(len(iters))), ann)
+
+
 def _pragma(state, sid, rng):
     iters = state.stages[sid].iters
     if not iters:
@@ -202,7 +212,7 @@ _ACTIONS = {
     "vectorize": _vectorize, "unroll": _unroll, "pragma": _pragma,
     "compute_inline": _compute_inline, "compute_at": _compute_at, "compute_root": _compute_root,
     "cache_read": _cache_read, "cache_write": _cache_write, "rfactor": _rfactor,
-    "storage_align": _storage_align,
+    "storage_align": _storage_align, "gpu_bind": _gpu_bind,
 }
 
 

@@ -28,7 +28,7 @@ from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, Comput
                                            PragmaStep, ReorderStep, SplitStep, StorageAlignStep)
 from tests import workloads as W
 from tests.scheduler_core.random_schedule import random_schedule
-from tests.scheduler_core.test_random_schedules import DAGS, get_dag
+from tests.scheduler_core.test_random_schedules import DAGS, EXTRA_DAGS, get_dag
 
 
 def _json_round_trip(step):
@@ -51,7 +51,7 @@ def check_round_trip(dag: ComputeDAG, state) -> None:
     assert str(lower_state(replayed, list(dag.tensors))) == str(lower_state(state, list(dag.tensors)))
 
 
-@pytest.mark.parametrize("name", sorted(DAGS))
+@pytest.mark.parametrize("name", sorted(DAGS) + sorted(EXTRA_DAGS))
 @settings(max_examples=8, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 32 - 1), n_steps=st.integers(1, 15))
@@ -62,7 +62,7 @@ def test_random_schedule_records_round_trip(name, seed, n_steps):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(DAGS))
+@pytest.mark.parametrize("name", sorted(DAGS) + sorted(EXTRA_DAGS))
 @settings(max_examples=100, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2 ** 32 - 1), n_steps=st.integers(1, 30))
