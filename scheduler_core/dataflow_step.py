@@ -142,6 +142,19 @@ class CacheReadStep:
         return ["CHR", self.stage_id, self.scope_name, list(self.reader_stage_ids)]
 
 
+def _replace_with_pair(state: State, stage_id: int, new_op, producer_op) -> State:
+    """Stage ``stage_id`` now computes ``new_op`` (same output, same placement), which
+    reads ``producer_op``; the producer gets a fresh stage inserted before it
+    (cache_write, rfactor).  Readers downstream are rewritten to the new output."""
+    st = state.stages[stage_id]
+    new_stage = replace(make_stage(new_op, origin_op=st.origin_op), compute_at=st.compute_at,
+                        attach=st.attach)
+    state = state.with_stage(stage_id, new_stage)
+    state = rewrite_dataflow(state, {_key(st.op.output(0)): new_op.output(0)})
+    state = state.insert_stage(stage_id, replace(make_stage(producer_op), origin_op=None))
+    return ts.check_compute_locations(state)
+
+
 @dataclass(frozen=True)
 class CacheWriteStep:
     """CHW: compute ``stage_id`` into ``<name>.<scope>``, then copy it to the real output.
@@ -164,23 +177,10 @@ class CacheWriteStep:
         local = ComputeOp(f"{op.name}.{self.scope_name}", op.axis, op.body, dict(op.attrs), op.tag)
         axes = tuple(IterVar(Var(a.var.name), a.dom_min, a.dom_extent, "spatial") for a in op.axis)
         copy = ComputeOp(op.name, axes, TensorLoad(local.output(0), tuple(a.var for a in axes), local.dtype))
-        new_stage = replace(make_stage(copy, origin_op=st.origin_op), compute_at=st.compute_at,
-                            attach=st.attach)
-        state = state.with_stage(self.stage_id, new_stage)
-        state = rewrite_dataflow(state, {_key(op.output(0)): copy.output(0)})
-        state = state.insert_stage(self.stage_id, make_stage(local, origin_op=None))
-        state = replace(state, stages=tuple(
-            replace(s, origin_op=None) if s.op is local else s for s in state.stages))
-        return ts.check_compute_locations(state).with_step(self)
+        return _replace_with_pair(state, self.stage_id, copy, local).with_step(self)
 
     def to_record(self) -> list:
         return ["CHW", self.stage_id, self.scope_name]
-
-
-def _leaf_value_map(stage, leaf_vars: dict) -> dict:
-    """Root iterator name -> Expr in the given leaf vars (through split/fuse relations)."""
-    from .lower_index import root_values
-    return root_values(stage, leaf_vars)
 
 
 @dataclass(frozen=True)
@@ -235,14 +235,7 @@ class RfactorStep:
         final_body = Reduce(body.combiner, TensorLoad(rf_op.output(0), tuple(idx), rf_op.dtype), (k,),
                             None, body.dtype)
         final = ComputeOp(op.name, op.axis, final_body, dict(op.attrs), op.tag)
-        new_stage = replace(make_stage(final, origin_op=st.origin_op), compute_at=st.compute_at,
-                            attach=st.attach)
-        state = state.with_stage(self.stage_id, new_stage)
-        state = rewrite_dataflow(state, {_key(op.output(0)): final.output(0)})
-        state = state.insert_stage(self.stage_id, make_stage(rf_op, origin_op=None))
-        state = replace(state, stages=tuple(
-            replace(s, origin_op=None) if s.op is rf_op else s for s in state.stages))
-        return ts.check_compute_locations(state).with_step(self)
+        return _replace_with_pair(state, self.stage_id, final, rf_op).with_step(self)
 
     def to_record(self) -> list:
         return ["RF", self.stage_id, self.iter_id, self.factor_iter_id]
