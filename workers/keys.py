@@ -1,0 +1,61 @@
+"""Every Redis key of the service, one function per key (RQ's habit: keys built in one place).
+
+All keys start with :data:`PREFIX`.  Targets are whitespace-normalized so that
+``"llvm  -mcpu=x"`` and ``"llvm -mcpu=x"`` share records.
+
+==========================================  ==========  =====================================
+key                                         type        holds
+==========================================  ==========  =====================================
+``task(task_id)``                           hash        task_id, workload_key, target, created,
+                                                        tuning (JSON), latest_job_id
+``dag(workload_key)``                       string      the ComputeDAG JSON
+``records(workload_key, target)``           list        record JSON lines (RPUSH, atomic append)
+``best(workload_key, target)``              hash        cost_s, record (the fastest NO_ERROR line)
+``job(job_id)``                             hash        state, trials_done/total, best_cost_s,
+                                                        best_gflops, errors (JSON), timestamps
+``artifact(task_id, fmt)``                  string      bytes of the compiled best program
+``model(workload_key, target)``             string      bytes of a cost-model snapshot
+``task_for_workload(workload_key, target)`` string      the task_id of this workload+target
+==========================================  ==========  =====================================
+"""
+
+from __future__ import annotations
+
+PREFIX = "autosched:"
+
+
+def normalize_target(target: str) -> str:
+    """``target`` with runs of whitespace collapsed (the form used inside keys)."""
+    return " ".join(str(target).split())
+
+
+def task(task_id: str) -> str:
+    return f"{PREFIX}task:{task_id}"
+
+
+def dag(workload_key: str) -> str:
+    return f"{PREFIX}dag:{workload_key}"
+
+
+def records(workload_key: str, target: str) -> str:
+    return f"{PREFIX}records:{workload_key}:{normalize_target(target)}"
+
+
+def best(workload_key: str, target: str) -> str:
+    return f"{PREFIX}best:{workload_key}:{normalize_target(target)}"
+
+
+def job(job_id: str) -> str:
+    return f"{PREFIX}job:{job_id}"
+
+
+def artifact(task_id: str, fmt: str) -> str:
+    return f"{PREFIX}artifact:{task_id}:{fmt}"
+
+
+def model(workload_key: str, target: str) -> str:
+    return f"{PREFIX}model:{workload_key}:{normalize_target(target)}"
+
+
+def task_for_workload(workload_key: str, target: str) -> str:
+    return f"{PREFIX}task_for_workload:{workload_key}:{normalize_target(target)}"

@@ -1,0 +1,65 @@
+"""RQ queues of the service: ``tune`` for search jobs, one measurement queue per device kind.
+
+Job arguments are ids and numbers serialized with RQ's JSONSerializer, never
+pickles; the job function is named by its import path, so enqueuing imports
+nothing heavy.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+
+import redis
+from rq import Queue, Retry
+from rq.serializers import JSONSerializer
+
+TUNE_QUEUE = "tune"
+TUNE_JOB_FUNC = "workers.jobs.tune_job"
+DEFAULT_JOB_TIMEOUT_S = 6 * 3600
+DEFAULT_RETRIES = 2
+
+
+def tune_queue(conn: redis.Redis) -> Queue:
+    """The ``tune`` queue with the JSON serializer."""
+    return Queue(TUNE_QUEUE, connection=conn, serializer=JSONSerializer)
+
+
+def enqueue_tune(conn: redis.Redis, task_id: str, job_id: str, trials: int,
+                 job_timeout_s: int | None = None, retries: int = DEFAULT_RETRIES):
+    """Enqueue ``tune_job(task_id, job_id, trials)`` on ``tune``; returns the rq.Job.
+
+    The RQ job id is ``job_id`` (the service's job id), so RQ and the job hash
+    name the same job.  ``retries``: how many times RQ re-runs a failed job or one
+    abandoned by a killed worker (the retry continues from the records already
+    in Redis).  job_timeout_s : int, in seconds (default 6 hours).
+    """
+    return tune_queue(conn).enqueue(
+        TUNE_JOB_FUNC, args=(task_id, job_id, int(trials)), job_id=job_id,
+        job_timeout=int(job_timeout_s or DEFAULT_JOB_TIMEOUT_S),
+        retry=Retry(max=retries) if retries > 0 else None,
+        result_ttl=7 * 24 * 3600, failure_ttl=7 * 24 * 3600)
+
+
+def _host_cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def measure_queue_name(target: str, device_model: str | None = None) -> str:
+    """``measure:<kind>:<device model>``, e.g. ``measure:llvm:intel-xeon-cpu-e5-2680-v4``.
+
+    target : str, a target string ("llvm ...", "cuda ..."); only its kind is used
+    device_model : str, the CPU/GPU model name; default the host CPU's model name
+        (for a CUDA target, pass the GPU model).
+    """
+    kind = (str(target).split() or ["llvm"])[0]
+    model = device_model or _host_cpu_model()
+    slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "unknown"
+    return f"measure:{kind}:{slug}"
