@@ -1,0 +1,12 @@
+"""The HTTP API of the auto-scheduler service (DESIGN.md, "Service").
+
+    client --HTTP--> api.main.create_app --routes--> workers.store.RedisStore (Redis)
+                                                 +--> workers.queues.enqueue_tune (RQ "tune" queue)
+
+Reading guide: ``settings`` (one Settings read once), ``schemas`` (TaskCreate,
+TaskPublic, JobPublic, ...), ``errors`` (the library's exceptions mapped to HTTP
+status codes once), ``deps`` (Annotated dependencies), ``routes/`` (one router per
+resource), ``main`` (``create_app``), ``client`` (a small httpx client).
+The API validates DAGs with ``ComputeDAG.from_json`` and otherwise only calls
+``workers``; it never compiles or measures anything itself.
+"""

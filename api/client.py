@@ -1,0 +1,105 @@
+"""A small synchronous client of the HTTP API (used by the CLI and the tests).
+
+    Client(base_url, token) --httpx--> api.main app ; any 4xx/5xx raises ApiError(status, detail)
+
+Pass ``http=`` an existing ``httpx.Client`` (e.g. FastAPI's ``TestClient``) to
+talk to an in-process app.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+TERMINAL_STATES = ("finished", "failed", "cancelled")
+
+
+class ApiError(Exception):
+    """An error response: ``status`` (HTTP code) and ``detail`` (the server's message)."""
+
+    def __init__(self, status: int, detail: Any, body: Any = None):
+        self.status, self.detail, self.body = status, detail, body
+        super().__init__(f"HTTP {status}: {detail}")
+
+
+class Client:
+    """The service's endpoints as methods; JSON in, JSON (dicts) out."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None,
+                 timeout_s: float = 30.0, http: httpx.Client | None = None):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout_s)
+        self.http.headers.update(headers)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kw) -> httpx.Response:
+        r = self.http.request(method, path, **kw)
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = r.text
+            raise ApiError(r.status_code, body.get("detail", body) if isinstance(body, dict) else body, body)
+        return r
+
+    # -- queries -----------------------------------------------------------------
+    def healthz(self) -> dict:
+        return self._call("GET", "/healthz").json()
+
+    def task(self, task_id: str) -> dict:
+        return self._call("GET", f"/tasks/{task_id}").json()
+
+    def job(self, job_id: str) -> dict:
+        return self._call("GET", f"/jobs/{job_id}").json()
+
+    def records(self, task_id: str, offset: int = 0, limit: int = 100) -> dict:
+        return self._call("GET", f"/tasks/{task_id}/records", params={"offset": offset, "limit": limit}).json()
+
+    def records_jsonl(self, task_id: str, offset: int = 0, limit: int = 1000) -> str:
+        params = {"offset": offset, "limit": limit, "format": "jsonl"}
+        return self._call("GET", f"/tasks/{task_id}/records", params=params).text
+
+    def best(self, task_id: str) -> dict:
+        return self._call("GET", f"/tasks/{task_id}/best").json()
+
+    def artifact(self, task_id: str, fmt: str = "so") -> bytes:
+        return self._call("GET", f"/tasks/{task_id}/artifact", params={"format": fmt}).content
+
+    def wait(self, job_id: str, poll_s: float = 0.5, timeout_s: float = 3600.0, on_progress=None) -> dict:
+        """Poll the job until it ends (finished/failed/cancelled); ``on_progress(job)`` per poll.
+        Raises TimeoutError after ``timeout_s`` seconds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if on_progress:
+                on_progress(job)
+            if job["state"] in TERMINAL_STATES:
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {job['state']} after {timeout_s} s")
+            time.sleep(poll_s)
+
+    # -- mutations ---------------------------------------------------------------
+    def create_task(self, dag: str | dict, target: str = "llvm", **tuning) -> dict:
+        """POST /tasks; ``dag`` is ComputeDAG JSON (text or dict); ``tuning``: TuningOptions fields.
+        Returns ``{task_id, job_id, workload_key}``."""
+        dag = json.loads(dag) if isinstance(dag, str) else dag
+        return self._call("POST", "/tasks", json={"dag": dag, "target": target, "tuning": tuning}).json()
+
+    def resume(self, task_id: str, num_measure_trials: int) -> dict:
+        return self._call("POST", f"/tasks/{task_id}/resume",
+                          json={"num_measure_trials": num_measure_trials}).json()
+
+    def cancel(self, job_id: str) -> dict:
+        return self._call("DELETE", f"/jobs/{job_id}").json()
