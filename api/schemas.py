@@ -42,6 +42,8 @@ class TuningOptions(_Request):
     early_stopping: int | None = Field(None, ge=1, le=100_000, description="stop after this many rounds without gain")
     timeout_s: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False, description="build/run timeout, in seconds")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the search's random generator")
+    population: int = Field(2048, ge=8, le=16384, description="evolutionary population (Ansor: 2048)")
+    num_iters: int = Field(4, ge=0, le=64, description="evolution generations per round (Ansor: 4)")
 
 
 class TaskCreate(_Request):

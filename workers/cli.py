@@ -37,13 +37,14 @@ def worker(queues: List[str] = typer.Option([TUNE_QUEUE], "--queues", "-q", help
 
 
 def start_worker_process(conn, queues=(TUNE_QUEUE,), burst: bool = True) -> subprocess.Popen:
-    """A child ``worker`` process on the same Redis (embedded or not)."""
+    """A child ``worker`` process on the same Redis (embedded or not), in its own process
+    group so that it and its RQ work-horse can be stopped together (``os.killpg``)."""
     cmd = [sys.executable, "-m", "workers.cli", "worker", "--url", connection_url(conn)]
     for q in queues:
         cmd += ["--queues", q]
     if burst:
         cmd.append("--burst")
-    return subprocess.Popen(cmd)
+    return subprocess.Popen(cmd, start_new_session=True)
 
 
 def follow_job(store: RedisStore, job_id: str, poll_s: float = 0.5) -> dict:
