@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Annotated, Any
+from typing import Literal, Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -44,6 +44,9 @@ class TuningOptions(_Request):
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the search's random generator")
     population: int = Field(2048, ge=8, le=16384, description="evolutionary population (Ansor: 2048)")
     num_iters: int = Field(4, ge=0, le=64, description="evolution generations per round (Ansor: 4)")
+    measure: Literal["local", "queue"] = Field(
+        "local", description="'local': the search job builds and times; 'queue': measurement workers on the "
+                             "device's queue (measure:<kind>:<model>) do")
 
 
 class TaskCreate(_Request):

@@ -57,7 +57,9 @@ class ProgramMeasurer:
         for k, (inp, res) in enumerate(zip(inputs, results)):
             cost = _valid_cost(res)
             key = task.workload_key
-            if cost is not None and cost < self.best_cost.get(key, float("inf")) and self.check_best:
+            # (a build made elsewhere, e.g. on a measurement-queue worker, was checked there)
+            if cost is not None and cost < self.best_cost.get(key, float("inf")) and self.check_best \
+                    and builds[k].filename:
                 checked = check_against_reference(inp, builds[k])
                 if checked.error_no != MeasureErrorNo.NO_ERROR:
                     res = replace(res, error_no=checked.error_no, error_msg=checked.error_msg)

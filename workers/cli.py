@@ -70,6 +70,8 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
          trials: int = typer.Option(64, min=1, help="measurement trials"),
          per_round: int = typer.Option(16, min=1, help="measurements per round"),
          population: int = typer.Option(2048, min=8, help="evolutionary population"),
+         measure: str = typer.Option("local", help="'local' (in the search job) or 'queue' (measurement "
+                                                  "workers on the device queue)"),
          out: Path = typer.Option(Path("autosched_out"), help="where the best schedule and artifact go"),
          url: Optional[str] = typer.Option(None, help="Redis URL (default: REDIS_URL or embedded)")) -> None:
     """Tune one workload through the queue: task -> RQ job -> worker process -> records in Redis."""
@@ -77,13 +79,21 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
     from scheduler_core.schedule_printer import state_to_python
     conn = get_connection(url)
     store = RedisStore(conn)
-    tuning = {"num_measures_per_round": per_round, "population": population}
+    if measure not in ("local", "queue"):
+        raise typer.BadParameter("--measure must be 'local' or 'queue'")
+    tuning = {"num_measures_per_round": per_round, "population": population, "measure": measure}
     task_id, workload_key = store.create_task(workload.read_text(), target, tuning)
     job_id = store.create_job(task_id, trials)
     enqueue_tune(conn, task_id, job_id, trials)
-    proc = start_worker_process(conn)
+    procs = [start_worker_process(conn)]
+    if measure == "queue":
+        from .queues import measure_queue_name
+        procs.append(start_worker_process(conn, (measure_queue_name(store.get_task(task_id)["target"]),),
+                                          burst=False))
     job = follow_job(store, job_id)
-    proc.wait(timeout=60)
+    procs[0].wait(timeout=60)
+    for p in procs[1:]:
+        p.terminate()
     if job["state"] != "finished":
         typer.echo(f"job {job_id} {job['state']}: {job.get('error', '')}", err=True)
         raise typer.Exit(1)

@@ -119,8 +119,13 @@ def _search(store: RedisStore, meta: dict, job_id: str, trials: int) -> str:
     policy = SketchPolicy(task, model, params=policy_params(tuning), seed=seed + len(measured),
                           verbose=0, init_search_callbacks=[preload_measured(measured)])
     timeout_s = float(tuning.get("timeout_s") or 10)
-    builder = LocalBuilder(timeout_s=timeout_s)
-    runner = LocalRunner(timeout_s=timeout_s, min_repeat_ms=float(tuning.get("min_repeat_ms") or 100))
+    if tuning.get("measure") == "queue":  # measurement workers attached to the device's queue
+        from .measure_queue import QueueBuilder, QueueRunner
+        builder = QueueBuilder()
+        runner = QueueRunner(store.conn, meta["task_id"], target, timeout_s=timeout_s)
+    else:
+        builder = LocalBuilder(timeout_s=timeout_s)
+        runner = LocalRunner(timeout_s=timeout_s, min_repeat_ms=float(tuning.get("min_repeat_ms") or 100))
     options = TuningOptions(num_measure_trials=remaining,
                             num_measures_per_round=int(tuning.get("num_measures_per_round") or 64),
                             early_stopping=tuning.get("early_stopping"), verbose=int(tuning.get("verbose") or 0),
@@ -132,7 +137,8 @@ def _search(store: RedisStore, meta: dict, job_id: str, trials: int) -> str:
     except JobCancelled:
         return "cancelled"
     finally:
-        builder.close()
+        if hasattr(builder, "close"):
+            builder.close()
         runner.close()
         _save_model(store, model, wk, target)
 

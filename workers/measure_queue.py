@@ -1,0 +1,104 @@
+"""Measurement through a device queue: the search job sends each batch to
+``measure:<kind>:<device model>`` and workers attached to that device build and
+time it (DESIGN.md, "Queues").
+
+    tune job --QueueBuilder (no-op)--> QueueRunner --enqueue measure_job(task_id, steps)-->
+    measure worker (LocalBuilder + LocalRunner with the reference check) --> results JSON
+
+Job arguments are ids and step records (JSON), never pickles.  A measurement job
+is retried by RQ when its worker dies mid-batch, so the batch is re-run by
+another worker rather than lost; if no result comes back within the wait limit
+the batch is recorded as RUN_TIMEOUT errors and the search goes on.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rq import Queue, Retry
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from scheduler_core.dataflow_step import replay_steps
+from scheduler_core.measure import (BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput,
+                                    MeasureResult)
+from scheduler_core.search_task import SearchTask
+
+from .queues import measure_queue_name
+from .store import RedisStore
+
+MEASURE_JOB_FUNC = "workers.measure_queue.measure_job"
+_LOCAL: dict = {}  # per worker process: (builder, runner), reused across jobs
+
+
+def _local_pair(timeout_s: float):
+    if "pair" not in _LOCAL:
+        _LOCAL["pair"] = (LocalBuilder(timeout_s=timeout_s),
+                          LocalRunner(timeout_s=timeout_s, check_correctness=True))
+    return _LOCAL["pair"]
+
+
+def measure_job(task_id: str, batch: list, timeout_s: float = 10.0) -> list:
+    """Build and time the states given by ``batch`` (lists of step records) for a task.
+
+    Runs on a measurement worker.  Returns one dict per state:
+    ``{"costs": [seconds...], "error_no", "error_msg", "all_cost", "timestamp"}``.
+    Outputs are checked against the numpy reference (WRONG_ANSWER on mismatch).
+    """
+    from .jobs import _connection
+    store = RedisStore(_connection())
+    meta = store.get_task(task_id)
+    if meta is None:
+        raise KeyError(f"unknown task {task_id!r}")
+    dag = store.load_dag(meta["workload_key"])
+    task = SearchTask(compute_dag=dag, workload_key=meta["workload_key"], target=meta["target"])
+    inputs = [MeasureInput(task, replay_steps(dag, steps)) for steps in batch]
+    builder, runner = _local_pair(timeout_s)
+    results = runner.run(inputs, builder.build(inputs))
+    return [{"costs": list(r.costs), "error_no": int(r.error_no), "error_msg": r.error_msg,
+             "all_cost": r.all_cost, "timestamp": r.timestamp} for r in results]
+
+
+class QueueBuilder:
+    """The builder half of queue measurement: building happens on the measurement worker."""
+
+    def build(self, inputs, verbose: int = 0) -> list:
+        return [BuildResult("", (), int(MeasureErrorNo.NO_ERROR), "", 0.0) for _ in inputs]
+
+    def close(self) -> None:
+        """Nothing to release: the measurement workers own their builders."""
+
+
+class QueueRunner:
+    """Sends each batch to the task's device queue and waits for the results.
+
+    wait_s : seconds to wait for a batch before recording it as RUN_TIMEOUT errors.
+    """
+
+    def __init__(self, conn, task_id: str, target: str, timeout_s: float = 10.0, wait_s: float = 1800.0,
+                 poll_s: float = 0.2):
+        self.queue = Queue(measure_queue_name(target), connection=conn, serializer=JSONSerializer)
+        self.conn, self.task_id = conn, task_id
+        self.timeout_s, self.wait_s, self.poll_s = timeout_s, wait_s, poll_s
+
+    def close(self) -> None:
+        """Nothing to release: the measurement workers own their runners."""
+
+    def run(self, inputs, build_results, verbose: int = 0) -> list:
+        batch = [[s.to_record() for s in inp.state.transform_steps] for inp in inputs]
+        job = self.queue.enqueue(MEASURE_JOB_FUNC, args=(self.task_id, batch, self.timeout_s),
+                                 job_timeout=int(len(batch) * 3 * self.timeout_s + 120),
+                                 retry=Retry(max=2), result_ttl=600)
+        start = time.time()
+        while time.time() - start < self.wait_s:
+            job = Job.fetch(job.id, connection=self.conn, serializer=JSONSerializer)
+            status = job.get_status(refresh=True)
+            if status == "finished":
+                return [MeasureResult(tuple(r["costs"]) or (1e10,), r["error_no"], r["error_msg"], r["all_cost"],
+                                      r["timestamp"]) for r in job.return_value()]
+            if status in ("failed", "canceled", "stopped") and not job.retries_left:
+                break
+            time.sleep(self.poll_s)
+        err = MeasureErrorNo.RUN_TIMEOUT if time.time() - start >= self.wait_s else MeasureErrorNo.UNKNOWN_ERROR
+        return [MeasureResult((1e10,), int(err), f"measurement job {job.id} ended {job.get_status()}",
+                              time.time() - start, time.time()) for _ in inputs]
