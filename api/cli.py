@@ -20,8 +20,7 @@ from workers.cli import app, start_worker_process
 
 from .client import ApiError, Client
 
-records_app = typer.Typer(help="export the records of a task")
-app.add_typer(records_app, name="records")
+from workers.cli import records_app  # noqa: E402  (``records import`` lives with the workers)
 
 _SERVER = typer.Option("http://127.0.0.1:8000", "--server", envvar="AUTOSCHED_SERVER", help="API base URL")
 _TOKEN = typer.Option(None, "--token", envvar="AUTOSCHED_API_TOKEN", help="bearer token")

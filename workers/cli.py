@@ -114,6 +114,32 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
     typer.echo(f"wrote {out / 'best_schedule.py'}, {out / 'best.so'} (C header {out / 'best.h'})")
 
 
+records_app = typer.Typer(help="move records between files and Redis")
+app.add_typer(records_app, name="records")
+
+
+@records_app.command("import")
+def records_import(path: Path, url: Optional[str] = typer.Option(None, help="Redis URL (default: REDIS_URL)")) -> None:
+    """Append a record file (RecordToFile's JSON lines) to Redis: DAGs, records, best index."""
+    import json as _json
+
+    from scheduler_core.measure import MeasureErrorNo
+    from scheduler_core.measure_record import DagLine, iter_lines
+
+    from . import keys
+    store = RedisStore(get_connection(url))
+    n = 0
+    for item in iter_lines(str(path)):
+        if isinstance(item, DagLine):
+            store.conn.setnx(keys.dag(item.workload_key), _json.dumps(item.dag))
+            continue
+        store.append_records(item.workload_key, item.target, [item.text])
+        if item.error_no == MeasureErrorNo.NO_ERROR:
+            store.update_best(item.workload_key, item.target, item.mean_cost, item.text)
+        n += 1
+    typer.echo(f"imported {n} records from {path}")
+
+
 def main() -> None:
     app()
 
