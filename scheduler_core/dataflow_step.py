@@ -88,8 +88,7 @@ class ComputeInlineStep:
     stage_id: int
 
     def apply(self, state: State) -> State:
-        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
-        st = state.stages[self.stage_id]
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(st.op_type == "compute", f"only compute stages can be inlined; {st.name} is a {st.op_type}")
         check(not isinstance(st.op.body, Reduce), f"cannot inline {st.name}: it is a reduction")
         check(not _is_output(state, self.stage_id), f"cannot inline {st.name}: it is an output")
@@ -118,8 +117,7 @@ class CacheReadStep:
     reader_stage_ids: tuple
 
     def apply(self, state: State) -> State:
-        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
-        st = state.stages[self.stage_id]
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(st.op.num_outputs == 1, "cache_read of a multi-output op is not supported")
         t = st.op.output(0)
         readers = set(self.reader_stage_ids)
@@ -167,8 +165,7 @@ class CacheWriteStep:
     scope_name: str
 
     def apply(self, state: State) -> State:
-        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
-        st = state.stages[self.stage_id]
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(isinstance(st.op, ComputeOp), f"cache_write needs a compute stage; {st.name} is a {st.op_type}")
         check(st.compute_at != "inlined", f"cannot cache_write the inlined stage {st.name}")
         check(not st.is_transformed(), f"cache_write on {st.name} must come before its loops are transformed")

@@ -210,8 +210,7 @@ class ReorderStep:
     after_ids: tuple
 
     def apply(self, state: State) -> State:
-        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
-        st = state.stages[self.stage_id]
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(sorted(self.after_ids) == list(range(len(st.iters))),
               f"reorder of {st.name} needs a permutation of 0..{len(st.iters) - 1}, got {list(self.after_ids)}")
         time = [k for k in self.after_ids if st.iters[k].kind == "scan"]
@@ -377,8 +376,7 @@ class ComputeAtStep:
     target_iter_id: int
 
     def apply(self, state: State) -> State:
-        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
-        st = state.stages[self.stage_id]
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(st.op_type == "compute", f"only compute stages can be moved; {st.name} is a {st.op_type}")
         tgt, it = _stage_iter(state, self.target_stage_id, self.target_iter_id)
         check(self.stage_id != self.target_stage_id, "a stage cannot be computed at itself")
@@ -408,8 +406,7 @@ class ComputeRootStep:
     stage_id: int
 
     def apply(self, state: State) -> State:
-        check(0 <= self.stage_id < len(state.stages), f"stage index {self.stage_id} out of range")
-        st = state.stages[self.stage_id]
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(st.op_type == "compute", f"{st.name} is not a compute stage")
         state = state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None))
         return check_compute_locations(state).with_step(self)
