@@ -191,3 +191,19 @@ def two_state_scan(m, n, l):
     s_scan1, s_scan2 = te.scan([s_init1, s_init2], [s_update1, s_update2],
                                [s_state1, s_state2], inputs=[X], name="scan")
     return [X, s_scan1, s_scan2]
+
+
+# Small instances of the test set of DAGs, shared by the property tests
+# (tests/scheduler_core/test_random_schedules.py) and the sketch sampling tests.
+SMALL_DAGS = {
+    "matmul": lambda: matmul(17, 24, 9),
+    "matmul_bias_relu": lambda: matmul_bias_relu(12, 10, 7),
+    "conv2d_nchw": lambda: conv2d_nchw(1, 3, 10, 10, 4, 3, 3, pad=1),
+    "softmax": lambda: softmax(8, 33),
+    "layer_norm": lambda: layer_norm(6, 20),
+    "batch_matmul": lambda: batch_matmul(2, 5, 7, 6),
+    "depthwise_conv2d": lambda: depthwise_conv2d(1, 3, 9, 9, 3, 3, pad=1),
+    "transpose": lambda: transpose(13, 7),
+    "rgb_to_yuv": lambda: rgb_to_yuv(11, 6),
+    "cumsum_scan": lambda: cumsum_scan(9, 10),
+}

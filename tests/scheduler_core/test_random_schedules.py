@@ -33,18 +33,7 @@ from scheduler_core.lower import lower_state
 from tests import workloads as W
 from tests.scheduler_core.random_schedule import random_schedule
 
-DAGS = {
-    "matmul": lambda: W.matmul(17, 24, 9),
-    "matmul_bias_relu": lambda: W.matmul_bias_relu(12, 10, 7),
-    "conv2d_nchw": lambda: W.conv2d_nchw(1, 3, 10, 10, 4, 3, 3, pad=1),
-    "softmax": lambda: W.softmax(8, 33),
-    "layer_norm": lambda: W.layer_norm(6, 20),
-    "batch_matmul": lambda: W.batch_matmul(2, 5, 7, 6),
-    "depthwise_conv2d": lambda: W.depthwise_conv2d(1, 3, 9, 9, 3, 3, pad=1),
-    "transpose": lambda: W.transpose(13, 7),
-    "rgb_to_yuv": lambda: W.rgb_to_yuv(11, 6),
-    "cumsum_scan": lambda: W.cumsum_scan(9, 10),
-}
+DAGS = dict(W.SMALL_DAGS)
 # Beyond the issue's list: the other scans of seed 001 and seed 000's matmul+add.
 EXTRA_DAGS = {
     "two_stage_scan": lambda: W.two_stage_scan(7, 6),

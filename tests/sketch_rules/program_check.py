@@ -20,18 +20,9 @@ from tests import workloads as W
 
 # Small instances of every workload of tests/workloads.py (and an rfactor matmul).
 DAGS = {
-    "matmul": lambda: W.matmul(17, 24, 9),
+    **W.SMALL_DAGS,
     "matmul_rfactor": lambda: W.matmul(4, 4, 40),
     "matmul_add": lambda: W.matmul_add(12, 8, 16),
-    "matmul_bias_relu": lambda: W.matmul_bias_relu(12, 10, 7),
-    "conv2d_nchw": lambda: W.conv2d_nchw(1, 3, 10, 10, 4, 3, 3, pad=1),
-    "softmax": lambda: W.softmax(8, 33),
-    "layer_norm": lambda: W.layer_norm(6, 20),
-    "batch_matmul": lambda: W.batch_matmul(2, 5, 7, 6),
-    "depthwise_conv2d": lambda: W.depthwise_conv2d(1, 3, 9, 9, 3, 3, pad=1),
-    "transpose": lambda: W.transpose(13, 7),
-    "rgb_to_yuv": lambda: W.rgb_to_yuv(11, 6),
-    "cumsum_scan": lambda: W.cumsum_scan(9, 10),
     "two_stage_scan": lambda: W.two_stage_scan(7, 12),
     "two_state_scan": lambda: W.two_state_scan(5, 6, 20),
 }
