@@ -10,12 +10,17 @@ this CPU, checks it against numpy and prints both times.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import scheduler_core as sc
 from scheduler_core import te
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tune_matmul import matmul_add  # noqa: E402  (seed 000's workload, defined once)
 
 # The "Equivalent python schedule" that seed 000's print_best printed.
 SEED000_BEST = """
@@ -42,18 +47,6 @@ s[matmul].pragma(matmul_i_o_o_o, "unroll_explicit", True)
 s[matmul].vectorize(matmul_j_i)
 s[out].vectorize(out_j_i)
 """
-
-
-def matmul_add(N, L, M, dtype):
-    """Seed 000's workload: out = A @ B + C."""
-    A = te.placeholder((N, L), name="A", dtype=dtype)
-    B = te.placeholder((L, M), name="B", dtype=dtype)
-    C = te.placeholder((N, M), name="C", dtype=dtype)
-    k = te.reduce_axis((0, L), name="k")
-    matmul = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
-                        attrs={"layout_free_placeholders": [B]})
-    out = te.compute((N, M), lambda i, j: matmul[i, j] + C[i, j], name="out")
-    return [A, B, C, out]
 
 
 def apply_seed_schedule(args):
