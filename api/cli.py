@@ -16,11 +16,13 @@ from typing import Optional
 
 import typer
 
-from workers.cli import app, start_worker_process
+from workers.cli import (
+    app,
+    records_app,  # noqa: E402  (``records import`` lives with the workers)
+    start_worker_process,
+)
 
 from .client import ApiError, Client
-
-from workers.cli import records_app  # noqa: E402  (``records import`` lives with the workers)
 
 _SERVER = typer.Option("http://127.0.0.1:8000", "--server", envvar="AUTOSCHED_SERVER", help="API base URL")
 _TOKEN = typer.Option(None, "--token", envvar="AUTOSCHED_API_TOKEN", help="bearer token")

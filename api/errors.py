@@ -12,12 +12,16 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from scheduler_core.errors import InvalidWorkloadError, ScheduleError, SchedulerCoreError
+from scheduler_core.base.errors import (
+    InvalidWorkloadError,
+    ScheduleError,
+    SchedulerCoreError,
+)
 
 
 class ServiceError(Exception):

@@ -12,21 +12,24 @@ live in Settings), not here.
 from __future__ import annotations
 
 import enum
-import re
-from typing import Literal, Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-_TARGET = re.compile(r"llvm( -mcpu=[A-Za-z0-9_.+\-]{1,64})?|cuda")
+from scheduler_core.base.target import Target as _LibraryTarget
 
 
 def _check_target(target: str) -> str:
-    if not _TARGET.fullmatch(target):
-        raise ValueError(f"unknown target {target[:80]!r}: expected 'llvm', 'llvm -mcpu=<cpu>' or 'cuda'")
-    return target
+    """The canonical text of ``target`` (``Target.parse(target).str``).
+
+    Raises InvalidTargetError (a ValueError, so a 422) with the library's message,
+    which names the allowed kinds, option keys, CPU or feature names.
+    """
+    return _LibraryTarget.parse(target).str
 
 
-Target = Annotated[str, Field(max_length=128), AfterValidator(_check_target)]
+Target = Annotated[str, Field(max_length=512, description="target string, e.g. 'llvm -mcpu=skylake-avx512'"),
+                   AfterValidator(_check_target)]
 Trials = Annotated[int, Field(ge=1, le=100_000, description="measurement trials, 1..100000")]
 
 

@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from compiler_core import _best_of as _median_time  # same folder
+from compiler_core import rgb_to_yuv
 
 import scheduler_core as sc
-from compiler_core import _best_of as _median_time, rgb_to_yuv  # same folder
 from scheduler_core import te
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler_core.errors import SchedulerCoreError
+from scheduler_core.base.errors import SchedulerCoreError
+from scheduler_core.measure.record import load_records
 
 
 class CostModelError(SchedulerCoreError, ValueError):
@@ -29,7 +30,6 @@ class CostModel:
 
     def update_from_file(self, path) -> None:
         """Train from a record file written by ``RecordToFile`` (resume, Ansor's pre-training)."""
-        from scheduler_core.measure_record import load_records
         pairs = load_records(path)
         self.update([inp for inp, _ in pairs], [res for _, res in pairs])
 

@@ -1,6 +1,6 @@
 """Program features for the cost model: one row per stored buffer (Ansor section 5.2).
 
-    (task, State) --lower_state(passes=False)--> PrimFunc
+    (task, State) --lower_state (no passes: loop kinds stay visible)--> PrimFunc
                   --feature_extract.extract_feature_sets--> FeatureSets
                   --_pack (log2(x+1) of counts, one-hots)--> float32 [n_stores, N_FEATURES]
 
@@ -19,16 +19,21 @@ predict ``-inf`` for it (TVM does the same).  Features are cached by
 
 from __future__ import annotations
 
+import json
 import math
 from collections import OrderedDict
 
 import numpy as np
 
-from scheduler_core.errors import SchedulerCoreError
-from scheduler_core.lower import lower_state
+from scheduler_core.base.errors import SchedulerCoreError
+from scheduler_core.lowering.lower import lower_state
 
-from .feature_extract import (ARITH_INTENSITY_CURVE_SAMPLE_N, OP_COUNTERS, FeatureSet,
-                              extract_feature_sets)
+from .feature_extract import (
+    ARITH_INTENSITY_CURVE_SAMPLE_N,
+    OP_COUNTERS,
+    FeatureSet,
+    extract_feature_sets,
+)
 
 FEATURE_VERSION = "autosched-feature-v1"
 MAX_N_BUFS = 5  # buffers described per row (TVM's max_n_bufs)
@@ -103,7 +108,7 @@ def _row(fs: FeatureSet) -> list:
 def features_from_primfunc(func, cache_line_bytes: int = 64) -> np.ndarray:
     """Features of a lowered program: float32 [n_stored_buffers, N_FEATURES] (log-scaled).
 
-    ``func`` should come from ``lower_state(state, passes=False)`` so vectorized and
+    ``func`` should come from ``lower_state(state)`` so vectorized and
     unrolled loops are still loops.  A program with no store gives one zero row.
     """
     rows = [_row(fs) for fs in extract_feature_sets(func, cache_line_bytes)]
@@ -158,7 +163,6 @@ def _cache_key(task, state):
         steps = tuple(state.transform_steps)
         hash(steps)
     except TypeError:  # a step holding an unhashable field: fall back to its record
-        import json
         steps = json.dumps([s.to_record() for s in state.transform_steps], default=str)
     return (wk, steps)
 
@@ -170,7 +174,7 @@ def _cache_line_bytes(task) -> int:
 
 def _extract(state, line: int) -> np.ndarray:
     try:
-        func = lower_state(state, passes=False)
+        func = lower_state(state)
     except (SchedulerCoreError, ArithmeticError, ValueError):
         return np.zeros((1, N_FEATURES), np.float32)
     return features_from_primfunc(func, line)

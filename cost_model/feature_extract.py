@@ -1,6 +1,6 @@
 """Per-store features of one lowered loop program (Ansor section 5.2, feature.cc).
 
-    PrimFunc (lower_state(..., passes=False)) --PerStoreExtractor--> {stored buffer: FeatureSet}
+    PrimFunc (lower_state(...)) --PerStoreExtractor--> {stored buffer: FeatureSet}
                                               --rows()--> list of raw feature rows
 
 Reading guide: the extractor walks the loop program once, keeping the stack of
@@ -26,9 +26,21 @@ from the last store.  Rows are raw (not log-scaled); ``feature.py`` packs them.
 
 from __future__ import annotations
 
-from scheduler_core import tir as T
-from scheduler_core.expr import (BinaryOp, BufferLoad, Call, CmpOp, IntImm, LogicalOp, Not,
-                                 Select, const_value, dtype_bits, is_float, walk)
+from scheduler_core.ir import tir as T
+from scheduler_core.ir.expr import (
+    BinaryOp,
+    BufferLoad,
+    Call,
+    CmpOp,
+    IntImm,
+    LogicalOp,
+    Not,
+    Select,
+    dtype_bits,
+    is_float,
+)
+from scheduler_core.ir.expr_functor import walk
+from scheduler_core.ir.simplify import const_value
 
 from .index_form import affine_form, coefficient, contiguous_elements, touched_elements
 
@@ -365,7 +377,7 @@ def extract_feature_sets(func: T.PrimFunc, cache_line_bytes: int = 64) -> list:
 
     Parameters
     ----------
-    func : PrimFunc, preferably lowered with ``passes=False`` so loop kinds are visible
+    func : PrimFunc from ``lower_state`` (before the passes), so loop kinds are visible
     cache_line_bytes : int, bytes per cache line
     """
     ex = PerStoreExtractor(cache_line_bytes)

@@ -26,8 +26,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler_core.expr import (BinaryOp, Broadcast, Cast, Expr, FloatImm, IntImm, Ramp,
-                                 Select, Var, children)
+from scheduler_core.ir.expr import (
+    BinaryOp,
+    Broadcast,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Ramp,
+    Select,
+    Var,
+)
+from scheduler_core.ir.expr_functor import children
 
 _INF = float("inf")
 

@@ -32,7 +32,12 @@ import os
 import numpy as np
 
 from .cost_model import CostModel, CostModelError
-from .feature import FEATURE_NAMES, FEATURE_VERSION, get_per_store_features_from_states, is_invalid
+from .feature import (
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    get_per_store_features_from_states,
+    is_invalid,
+)
 from .lgbm_train import predict_pack_sum, predict_rank, train_pack_sum, train_rank
 from .metric import pairwise_accuracy
 

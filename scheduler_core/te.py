@@ -14,12 +14,34 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import InvalidWorkloadError
-from .expr import (
-    Expr, FloatImm, IntImm, IterVar, LogicalOp, REDUCERS, Reduce, Var, as_expr, binary,
-    call, cast, const, is_float, select,
+from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.dag.tensor import (
+    ComputeOp,
+    PlaceholderOp,
+    ScanOp,
+    Tensor,
+    make_iter_var,
 )
-from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, make_iter_var
+from scheduler_core.ir.expr import (
+    DTYPES,
+    Expr,
+    FloatImm,
+    IntImm,
+    IterVar,
+    LogicalOp,
+    Reduce,
+    Var,
+    as_expr,
+    binary,
+    call,
+    cast,
+    const,
+    is_float,
+    select,
+)
+from scheduler_core.ir.expr_functor import walk
+from scheduler_core.ir.simplify import simplify
+from scheduler_core.schedule.schedule_api import Schedule
 
 __all__ = [
     "var", "size_var", "const", "placeholder", "compute", "reduce_axis", "sum", "max", "min",
@@ -56,7 +78,6 @@ def _shape(shape: Any) -> tuple:
 
 def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -> Tensor:
     """An input tensor of ``shape`` (ints or ``te.var``) and ``dtype``."""
-    from .expr import DTYPES
     if dtype not in DTYPES:
         raise InvalidWorkloadError(f"unknown dtype {dtype!r}")
     return PlaceholderOp(name, _shape(shape), dtype).output(0)
@@ -93,7 +114,6 @@ def compute(shape: Any, fcompute: Callable, name: str = "compute", tag: str = ""
         body = body[0]
     body = as_expr(body)
     if isinstance(body, Reduce) is False:
-        from .expr import walk
         for n in walk(body):
             if isinstance(n, Reduce):
                 raise InvalidWorkloadError(
@@ -106,7 +126,6 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
     """A reduction axis over ``dom = (min, max)`` (max exclusive)."""
     lo, hi = dom
     lo_e, hi_e = as_expr(lo), as_expr(hi)
-    from .expr import simplify
     return IterVar(Var(name, "int32"), lo_e, simplify(hi_e - lo_e), "reduce")
 
 
@@ -242,7 +261,6 @@ def scan(init: Any, update: Any, state_placeholder: Any, inputs: Sequence[Tensor
     init_len = inits[0].shape[0]
     time = updates[0].shape[0]
     axis = IterVar(Var(f"{name}.idx", "int32"), init_len, time, "scan")
-    from .expr import simplify
     axis = IterVar(axis.var, init_len, simplify(as_expr(time) - init_len), "scan")
     op = ScanOp(name, axis, inits, updates, states, tuple(inputs or ()))
     outs = [op.output(k) for k in range(len(updates))]
@@ -251,5 +269,4 @@ def scan(init: Any, update: Any, state_placeholder: Any, inputs: Sequence[Tensor
 
 def create_schedule(ops: Any):
     """A schedule for the ops that produce ``ops`` (an op, a tensor or a list)."""
-    from .schedule import Schedule
     return Schedule.create(ops)

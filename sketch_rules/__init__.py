@@ -3,7 +3,7 @@
     ComputeDAG --generate_sketches--> sketches --sample_init_population--> complete States
     State --apply_mutation (MutateTileSize, ...)--> State
 
-The search layer (``scheduler_core.search_policy``) drives these functions; the
+The search layer (``scheduler_core.search.search_policy``) drives these functions; the
 package imports only the compiler layer of ``scheduler_core``.  Every function
 takes a duck-typed ``policy``: ``policy.task`` (``compute_dag``, ``target``,
 ``hardware_params`` with ``num_cores``...), ``policy.params``
@@ -15,18 +15,43 @@ Reading guide: ``sketch_rule`` (the rule contract), ``cpu_sketch_rules`` and
 ``tiling``, ``compute_location`` and ``split_factors`` are their helpers.
 """
 
-from .cpu_sketch_rules import (RuleAddCacheWrite, RuleAddRfactor, RuleAlwaysInline,
-                               RuleMultiLevelTiling, RuleMultiLevelTilingWithFusion,
-                               RuleSkipStage)
-from .init_population import (InitChangeComputeLocation, InitFillTileSize, InitParallel,
-                              InitUnroll, InitVectorization, PopulationGenerationRule,
-                              apply_init_rules, default_init_rules, sample_init_population)
-from .mutation import (DEFAULT_MUTATION_RULES, MutateAutoUnroll, MutateComputeLocation,
-                       MutateParallel, MutateTileSize, MutationRule, apply_mutation)
+from .cpu_sketch_rules import (
+                               RuleAddCacheWrite,
+                               RuleAddRfactor,
+                               RuleAlwaysInline,
+                               RuleMultiLevelTiling,
+                               RuleMultiLevelTilingWithFusion,
+                               RuleSkipStage,
+)
+from .init_population import (
+                               InitChangeComputeLocation,
+                               InitFillTileSize,
+                               InitParallel,
+                               InitUnroll,
+                               InitVectorization,
+                               PopulationGenerationRule,
+                               apply_init_rules,
+                               default_init_rules,
+                               sample_init_population,
+)
+from .mutation import (
+                               DEFAULT_MUTATION_RULES,
+                               MutateAutoUnroll,
+                               MutateComputeLocation,
+                               MutateParallel,
+                               MutateTileSize,
+                               MutationRule,
+                               apply_mutation,
+)
 from .params import SketchPolicyParams
 from .scan_sketch_rule import RuleScanUpdate
-from .sketch_generation import (default_sketch_rules, generate_sketches, register_sketch_rule,
-                                registered_sketch_rules, unregister_sketch_rule)
+from .sketch_generation import (
+                               default_sketch_rules,
+                               generate_sketches,
+                               register_sketch_rule,
+                               registered_sketch_rules,
+                               unregister_sketch_rule,
+)
 from .sketch_rule import ConditionKind, CustomSketchRule, SketchRule
 
 __all__ = [

@@ -13,14 +13,32 @@ branch instead of aborting.
 
 from __future__ import annotations
 
-from scheduler_core.dataflow_step import CacheWriteStep, ComputeInlineStep, RfactorStep
-from scheduler_core.errors import ScheduleError
-from scheduler_core.transform_step import ComputeAtStep, FuseStep, ReorderStep, SplitStep
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.schedule.dataflow_step import (
+    CacheWriteStep,
+    ComputeInlineStep,
+    RfactorStep,
+)
+from scheduler_core.schedule.transform_step import (
+    ComputeAtStep,
+    FuseStep,
+    ReorderStep,
+    SplitStep,
+)
 
 from .sketch_rule import ConditionKind, SketchRule
-from .state_queries import (has_reduce_iter, is_output_stage, is_strictly_inlineable, is_tiled,
-                            needs_multi_level_tiling, needs_rfactor, scan_body_ids,
-                            scan_init_ids, scan_update_ids, single_elementwise_consumer)
+from .state_queries import (
+    has_reduce_iter,
+    is_output_stage,
+    is_strictly_inlineable,
+    is_tiled,
+    needs_multi_level_tiling,
+    needs_rfactor,
+    scan_body_ids,
+    scan_init_ids,
+    scan_update_ids,
+    single_elementwise_consumer,
+)
 from .step_history import has_cache_write_stage
 from .tiling import do_multi_level_tiling, follow_tiling
 

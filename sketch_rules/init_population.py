@@ -16,16 +16,29 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler_core.dataflow_step import ComputeInlineStep
-from scheduler_core.errors import LoweringError, ScheduleError
-from scheduler_core.lower import lower_state
-from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, ComputeRootStep,
-                                           FuseStep, PragmaStep, SplitStep)
+from scheduler_core.base.errors import LoweringError, ScheduleError
+from scheduler_core.lowering.lower import lower_state
+from scheduler_core.schedule.dataflow_step import ComputeInlineStep
+from scheduler_core.schedule.transform_step import (
+    AnnotationStep,
+    ComputeAtStep,
+    ComputeRootStep,
+    FuseStep,
+    PragmaStep,
+    SplitStep,
+)
 
 from .compute_location import get_compute_location_candidates
 from .split_factors import factorization_schemes
-from .state_queries import (attached_stages, derives_from, has_nested_parallel,
-                            has_reduce_iter, is_tiled, needs_multi_level_tiling, scan_body_ids)
+from .state_queries import (
+    attached_stages,
+    derives_from,
+    has_nested_parallel,
+    has_reduce_iter,
+    is_tiled,
+    needs_multi_level_tiling,
+    scan_body_ids,
+)
 from .step_history import replay_or_none, step_key
 
 AUTO_UNROLL_CONFIGS_CPU = (0, 16, 64, 512)
@@ -225,11 +238,11 @@ def apply_init_rules(policy, sketch, rng, rules=None):
 
 
 def lowers(state) -> bool:
-    """Whether ``lower_state(state, passes=False)`` succeeds: bound inference and loop
+    """Whether ``lower_state(state)`` succeeds: bound inference and loop
     emission, without the unroll/vectorize passes (ScheduleError / LoweringError -> False;
     any other exception is a compiler bug and propagates)."""
     try:
-        lower_state(state, passes=False)
+        lower_state(state)
     except (ScheduleError, LoweringError):
         return False
     return True

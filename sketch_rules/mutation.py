@@ -1,6 +1,6 @@
 """Mutation rules of the evolutionary search (Ansor, section 5; ``sketch_policy_rules.cc``).
 
-    State --edit one step of transform_steps--> steps --replay on dag.init_state--> State
+    State --edit one step of transform_steps--> steps --replay on State.from_dag(dag)--> State
 
 Each rule has a ``weight`` (the probability the search picks it, Ansor's
 defaults: tile size .90, compute location .05, auto unroll .04, parallel .01)
@@ -13,16 +13,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler_core.errors import ScheduleError
-from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, FuseStep, PragmaStep,
-                                           SplitStep)
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.schedule.transform_step import (
+    AnnotationStep,
+    ComputeAtStep,
+    FuseStep,
+    PragmaStep,
+    SplitStep,
+)
 
 from .compute_location import get_compute_location_candidates
 from .init_population import AUTO_UNROLL_CONFIGS_CPU
 from .split_factors import factors_of
 from .state_queries import attached_stages, is_tiled, needs_multi_level_tiling
-from .step_history import (STAGE_INSERTING_STEPS, replay_or_none, stage_id_after,
-                           stage_id_before)
+from .step_history import (
+    STAGE_INSERTING_STEPS,
+    replay_or_none,
+    stage_id_after,
+    stage_id_before,
+)
 
 
 class MutationRule:

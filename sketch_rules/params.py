@@ -1,6 +1,6 @@
 """Tunables of the sketch search, with Ansor's names and defaults.
 
-The search layer (``scheduler_core.search_policy``) imports
+The search layer (``scheduler_core.search.search_policy``) imports
 :class:`SketchPolicyParams` from here; the rules of this package read the fields
 they need from ``policy.params``.  Defaults are those of TVM's
 ``auto_scheduler.SketchPolicy.DEFAULT_PARAMS`` (Ansor, OSDI'20, section 5).

@@ -15,8 +15,8 @@ short rows, where a parallel launch per step costs more than it saves).
 
 from __future__ import annotations
 
-from scheduler_core.errors import ScheduleError
-from scheduler_core.transform_step import AnnotationStep, SplitStep
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.schedule.transform_step import AnnotationStep, SplitStep
 
 from .sketch_rule import ConditionKind, SketchRule
 from .state_queries import derives_from, is_tiled, scan_update_ids

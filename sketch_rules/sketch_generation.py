@@ -1,6 +1,6 @@
 """Sketch generation: derive the high-level loop structures of a ComputeDAG by rules.
 
-    dag.init_state --(rules, stage by stage, last to first)--> [sketch State, ...]
+    State.from_dag(dag) --(rules, stage by stage, last to first)--> [sketch State, ...]
 
 Ansor's ``SketchPolicyNode::GenerateSketches`` (OSDI'20, section 4.1): a search
 over ``(state, stage_id)`` pairs that starts at the initial state and the last
@@ -23,13 +23,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler_core.dataflow_step import RfactorStep
-from scheduler_core.errors import ScheduleError
-from scheduler_core.transform_step import SplitStep
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.schedule.dataflow_step import RfactorStep
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.transform_step import SplitStep
 
-from .cpu_sketch_rules import (RuleAddCacheWrite, RuleAddRfactor, RuleAlwaysInline,
-                               RuleMultiLevelTiling, RuleMultiLevelTilingWithFusion,
-                               RuleSkipStage)
+from .cpu_sketch_rules import (
+    RuleAddCacheWrite,
+    RuleAddRfactor,
+    RuleAlwaysInline,
+    RuleMultiLevelTiling,
+    RuleMultiLevelTilingWithFusion,
+    RuleSkipStage,
+)
 from .scan_sketch_rule import RuleScanUpdate
 from .sketch_rule import ConditionKind, SketchRule
 
@@ -80,7 +86,7 @@ def generate_sketches(policy, rules=None) -> list:
     to an earlier stage).
     """
     rules = list(rules) if rules is not None else registered_sketch_rules() + default_sketch_rules()
-    init = policy.task.compute_dag.get_init_state()
+    init = State.from_dag(policy.task.compute_dag)
     now = [(init, len(init.stages) - 1)]
     out: list = []
     while now:

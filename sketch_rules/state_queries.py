@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.tensor import ComputeOp, ScanOp
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.tensor import ComputeOp, ScanOp
+from scheduler_core.schedule.loop_state import scan_body_stages
 
 _ANALYZER_CACHE: OrderedDict = OrderedDict()
 _ANALYZER_CACHE_SIZE = 256
@@ -212,7 +213,6 @@ def scan_body_ids(state) -> set:
     """Ids of the stages the lowering computes inside a scan's time loop: the update
     stages and every compute stage that reads the scan's state, directly or not
     (the compiler layer's own ``loop_state.scan_body_stages``)."""
-    from scheduler_core.loop_state import scan_body_stages
     return set(scan_body_stages(state))
 
 

@@ -13,9 +13,13 @@ replay with an illegal result turned into ``None``.
 
 from __future__ import annotations
 
-from scheduler_core.dataflow_step import (CacheReadStep, CacheWriteStep, RfactorStep,
-                                          replay_steps)
-from scheduler_core.errors import ScheduleError
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.schedule.dataflow_step import (
+    CacheReadStep,
+    CacheWriteStep,
+    RfactorStep,
+    replay_steps,
+)
 
 STAGE_INSERTING_STEPS = (CacheReadStep, CacheWriteStep, RfactorStep)
 

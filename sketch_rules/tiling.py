@@ -12,9 +12,13 @@ tiling"; ``src/auto_scheduler/search_policy/utils.cc``.
 
 from __future__ import annotations
 
-from scheduler_core.errors import ScheduleError, check
-from scheduler_core.transform_step import (AnnotationStep, FollowSplitStep, ReorderStep,
-                                           SplitStep)
+from scheduler_core.base.errors import ScheduleError, check
+from scheduler_core.schedule.transform_step import (
+    AnnotationStep,
+    FollowSplitStep,
+    ReorderStep,
+    SplitStep,
+)
 
 
 def _reorder_by_names(state, stage_id: int, names: list):

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from scheduler_core.compute_dag import ComputeDAG
+from scheduler_core.dag.compute_dag import ComputeDAG
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKLOAD_DIR = ROOT / "examples" / "workloads"
@@ -81,7 +81,7 @@ def test_regenerating_gives_identical_files(tmp_path):
 
 
 def test_workload_keys_are_the_same_in_a_fresh_process():
-    code = ("import pathlib; from scheduler_core.compute_dag import ComputeDAG; "
+    code = ("import pathlib; from scheduler_core.dag.compute_dag import ComputeDAG; "
             "d = pathlib.Path('examples/workloads'); "
             "print(*(p.name + '=' + ComputeDAG.from_json(p.read_text()).workload_key "
             "for p in sorted(d.glob('*.json'))))")

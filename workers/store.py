@@ -6,7 +6,7 @@
                job progress (trials_done, best cost, error counts), in one MULTI/EXEC
     resume --load_measured--> [(MeasureInput, MeasureResult)] for the policy and the cost model
 
-Records are the lines of ``scheduler_core.measure_record`` (``encode_record``);
+Records are the lines of ``scheduler_core.measure.record`` (``encode_record``);
 the DAG is stored once per workload_key under ``keys.dag``, so a record list plus
 its DAG rebuilds every measured state.  Keys come from :mod:`workers.keys` only.
 """
@@ -18,17 +18,18 @@ import time
 import uuid
 from typing import Any, Iterator, Mapping
 
-import numpy as np
 import redis
 
-from scheduler_core.codegen.target import Target
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.measure import MeasureErrorNo
-from scheduler_core.measure_record import decode_record, encode_record, parse_line
+from scheduler_core.base.target import Target
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.measure.data import MeasureErrorNo
+from scheduler_core.measure.record import decode_record, encode_record, parse_line
+from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
+from .job_state import ENDED_STATES, JobState
 
-JOB_STATES = ("queued", "running", "finished", "failed", "cancelled")
 _PAGE = 1000
 
 # KEYS[1] = best hash; ARGV = cost_s, record line.  Keeps the smaller cost; returns 1 if replaced.
@@ -93,13 +94,18 @@ class RedisStore:
 
     # -- tasks -----------------------------------------------------------------
     def create_task(self, dag_json: str | dict | ComputeDAG, target: str,
-                    tuning: Mapping | None = None) -> tuple[str, str]:
+                    tuning: TuningOptions | Mapping | None = None) -> tuple[str, str]:
         """Store a task; ``(task_id, workload_key)``.
 
         The same workload and target map to the same task (its tuning is replaced
         by ``tuning``), so a second POST reuses every record measured before.
-        Raises InvalidWorkloadError for a bad DAG, BuildError for an unknown target.
+        ``tuning``: TuningOptions or a dict of its fields (missing ones take the defaults);
+        the task keeps every field (``TuningOptions.to_json``).
+        Raises InvalidWorkloadError for a bad DAG or tuning option, InvalidTargetError
+        (a BuildError) for a target the parser rejects.
         """
+        if not isinstance(tuning, TuningOptions):
+            tuning = TuningOptions.from_json(dict(tuning or {}))
         dag = dag_json if isinstance(dag_json, ComputeDAG) else ComputeDAG.from_json(dag_json)
         target = canonical_target(target)
         wk = dag.workload_key
@@ -108,7 +114,7 @@ class RedisStore:
         index = keys.task_for_workload(wk, target)
         created = self.conn.set(index, new_id, nx=True)
         task_id = new_id if created else _s(self.conn.get(index))
-        fields = {"tuning": json.dumps(dict(tuning or {}))}
+        fields = {"tuning": json.dumps(tuning.to_json())}
         if created:
             fields.update(task_id=task_id, workload_key=wk, target=target, created=repr(time.time()),
                           latest_job_id="")
@@ -123,6 +129,11 @@ class RedisStore:
         h["tuning"] = json.loads(h.get("tuning") or "{}")
         h["created"] = float(h.get("created") or 0.0)
         return h
+
+    def load_task(self, meta: Mapping) -> Task:
+        """The Task of a task hash (from :meth:`get_task`): its stored DAG, key and target."""
+        wk = meta["workload_key"]
+        return Task.create(self.load_dag(wk), meta["target"], workload_key=wk)
 
     def task_for_workload(self, workload_key: str, target: str) -> str | None:
         v = self.conn.get(keys.task_for_workload(workload_key, canonical_target(target)))
@@ -146,7 +157,7 @@ class RedisStore:
         job_id = uuid.uuid4().hex
         with self.conn.pipeline() as p:
             p.hset(keys.job(job_id), mapping={
-                "job_id": job_id, "task_id": task_id, "state": "queued", "trials_done": 0,
+                "job_id": job_id, "task_id": task_id, "state": JobState.queued.value, "trials_done": 0,
                 "trials_total": int(trials), "best_cost_s": "", "best_gflops": "", "errors": "{}",
                 "created": repr(time.time()), "started": "", "ended": "", "error": "", "cancel": 0})
             p.hset(keys.task(task_id), "latest_job_id", job_id)
@@ -167,13 +178,15 @@ class RedisStore:
         return h
 
     def set_job_state(self, job_id: str, state: str, error: str = "") -> None:
-        """Set ``state`` (one of JOB_STATES), stamping ``started`` / ``ended``."""
-        if state not in JOB_STATES:
-            raise ValueError(f"unknown job state {state!r}; expected one of {JOB_STATES}")
-        fields: dict = {"state": state}
-        if state == "running":
+        """Set ``state`` (a JobState or its value), stamping ``started`` / ``ended``.
+
+        Raises ValueError for an unknown state.
+        """
+        state = JobState(state)
+        fields: dict = {"state": state.value}
+        if state == JobState.running:
             fields.update(started=repr(time.time()), ended="", error="")
-        elif state in ("finished", "failed", "cancelled"):
+        elif state in ENDED_STATES:
             fields.update(ended=repr(time.time()), error=error)
         self.conn.hset(keys.job(job_id), mapping=fields)
 
@@ -197,11 +210,11 @@ class RedisStore:
         job or one already ended.
         """
         job = self.get_job(job_id)
-        if job is None or job["state"] in ("finished", "failed", "cancelled"):
+        if job is None or JobState(job["state"]) in ENDED_STATES:
             return False
         self.conn.hset(keys.job(job_id), "cancel", 1)
-        if job["state"] == "queued":
-            self.set_job_state(job_id, "cancelled")
+        if job["state"] == JobState.queued:
+            self.set_job_state(job_id, JobState.cancelled)
         return True
 
     def cancel_requested(self, job_id: str) -> bool:
@@ -295,16 +308,15 @@ class RedisRecordSink:
         self.job_id = job_id
 
     def __call__(self, policy: Any, inputs: list, results: list) -> None:
-        wk, target = self.task.workload_key, self.task.target
+        wk, target = self.task.workload_key, str(self.task.target)
         lines, errors = [], {}
         best: tuple | None = None
         for inp, res in zip(inputs, results):
             line = encode_record(inp, res)
             lines.append(line)
-            if res.error_no == MeasureErrorNo.NO_ERROR and res.costs:
-                cost = float(np.mean(res.costs))
-                if best is None or cost < best[0]:
-                    best = (cost, line)
+            if res.cost is not None:
+                if best is None or res.cost < best[0]:
+                    best = (res.cost, line)
             else:
                 name = MeasureErrorNo(res.error_no).name
                 errors[name] = errors.get(name, 0) + 1

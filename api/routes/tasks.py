@@ -12,15 +12,23 @@ from typing import Literal
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.lower import lower_state
-from scheduler_core.measure_record import decode_record, parse_line
-from scheduler_core.schedule_printer import state_to_python
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.lowering.lower import lower_state
+from scheduler_core.measure.record import decode_record, parse_line
+from scheduler_core.schedule.schedule_printer import state_to_python
 from workers.queues import enqueue_tune
 
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, NotFoundError
-from ..schemas import ACTIVE_STATES, BestPublic, RecordsPage, TaskCreate, TaskCreated, TaskPublic, TaskResume
+from ..schemas import (
+    ACTIVE_STATES,
+    BestPublic,
+    RecordsPage,
+    TaskCreate,
+    TaskCreated,
+    TaskPublic,
+    TaskResume,
+)
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 

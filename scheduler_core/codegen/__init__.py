@@ -2,9 +2,14 @@
 
     PrimFunc --compile_primfunc(func, "llvm -mcpu=...")--> CompiledFunction
 """
-from .llvm_codegen import META_PREFIX, CompiledFunction, build_module, compile_primfunc, meta_json
+from .llvm_codegen import (
+           META_PREFIX,
+           CompiledFunction,
+           build_module,
+           compile_primfunc,
+           meta_json,
+)
 from .parallel import load_libgomp
-from .target import Target
 
-__all__ = ["CompiledFunction", "META_PREFIX", "Target", "build_module", "compile_primfunc",
+__all__ = ["CompiledFunction", "META_PREFIX", "build_module", "compile_primfunc",
            "load_libgomp", "meta_json"]

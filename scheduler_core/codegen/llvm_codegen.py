@@ -1,6 +1,6 @@
 """CPU code generation for lowered loop programs with llvmlite (TVM's CodeGenCPU).
 
-    PrimFunc --unroll_loops--> --vectorize_loops--> llvmlite.ir module
+    PrimFunc (after the driver's unroll/vectorize passes) --> llvmlite.ir module
              --parse+verify--> --O3 (new pass manager, host TargetMachine)-->
              --emit_object--> ELF object --MCJIT--> address
 
@@ -33,14 +33,15 @@ from dataclasses import dataclass, field
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from .. import expr as E
-from .. import tir as T
-from ..errors import BuildError
-from ..passes import unroll_loops, vectorize_loops
+from scheduler_core.base.errors import BuildError
+from scheduler_core.base.target import Target, create_target_machine, init_llvm
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import simplify as ES
+from scheduler_core.ir import tir as T
+
 from . import llvm_types as L
 from .llvm_stmt import FunctionEmitter, ModuleContext
 from .parallel import load_libgomp
-from .target import Target, create_target_machine, init_llvm
 
 META_PREFIX = "__autosched_meta_"
 
@@ -84,9 +85,9 @@ class CompiledFunction:
 def compile_primfunc(func: T.PrimFunc, target: "str | Target" = "llvm") -> CompiledFunction:
     """Compile ``func`` for the CPU and JIT it.
 
-    Runs ``unroll_loops`` and ``vectorize_loops`` first, builds LLVM IR
-    (explicit vector types for vectorized loops, GOMP_parallel for parallel
-    loops), optimizes it at O3 for the host CPU, emits an object and loads it.
+    ``func`` comes from the driver after the unroll and vectorize passes (they run once,
+    there); builds LLVM IR (explicit vector types for vectorized loops, GOMP_parallel for
+    parallel loops), optimizes it at O3 for the host CPU, emits an object and loads it.
     Raises BuildError for a non-llvm target, an unsupported node or an LLVM
     verification failure.  Source: TVM's ``tvm.build`` for ``llvm``.
     """
@@ -94,7 +95,7 @@ def compile_primfunc(func: T.PrimFunc, target: "str | Target" = "llvm") -> Compi
     if target.kind != "llvm":
         raise BuildError(f"compile_primfunc builds for llvm targets, not {target.kind!r}")
     init_llvm()
-    body = vectorize_loops(unroll_loops(func.body))
+    body = func.body
     try:
         module, uses_parallel = build_module(func, body, target)
     except (TypeError, ValueError, AttributeError, AssertionError) as err:
@@ -147,7 +148,7 @@ def _c_name(name: str) -> str:
 
 
 def _dim(d) -> object:
-    v = E.const_value(d)
+    v = ES.const_value(d)
     if isinstance(v, int):
         return v
     d = E.as_expr(d)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .. import expr as E
-from ..errors import BuildError
+from scheduler_core.base.errors import BuildError
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import expr_functor as EF
+
 from . import llvm_types as L
 from .llvm_intrin import IntrinsicEmitter
 
@@ -328,7 +330,7 @@ class ExprEmitter(IntrinsicEmitter):
 
 
 def _is_scalar(e: E.Expr) -> bool:
-    for n in E.walk(e):
+    for n in EF.walk(e):
         if isinstance(n, (E.Ramp, E.Broadcast)) or (isinstance(n, E.BufferLoad) and n.lanes > 1):
             return False
     return True
@@ -336,7 +338,7 @@ def _is_scalar(e: E.Expr) -> bool:
 
 def _is_safe(e: E.Expr) -> bool:
     """No loads and no integer division: safe to evaluate when not selected."""
-    for n in E.walk(e):
+    for n in EF.walk(e):
         if isinstance(n, E.BufferLoad):
             return False
         if isinstance(n, E.BinaryOp) and n.op in ("div", "floordiv", "floormod") \

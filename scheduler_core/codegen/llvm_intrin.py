@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .. import expr as E
-from ..errors import BuildError
+from scheduler_core.base.errors import BuildError
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import simplify as ES
+
 from . import llvm_types as L
 from .vector_math import mvec_call
 
@@ -147,7 +149,7 @@ class IntrinsicEmitter:
                 v = self.builder.call(fn, [addr, L.const(L.elem_bytes(dtype), "int32"), mask,
                                            ir.Constant(vt, None)])
             return self._from_mem(v, dtype)
-        if isinstance(idx, E.Broadcast) or (isinstance(idx, E.Ramp) and E.is_const(idx.stride, 0)):
+        if isinstance(idx, E.Broadcast) or (isinstance(idx, E.Ramp) and ES.is_const(idx.stride, 0)):
             base = idx.value if isinstance(idx, E.Broadcast) else idx.base
             one = E.BufferLoad(e.buffer, base, dtype)
             if mask is None:
@@ -205,4 +207,4 @@ class IntrinsicEmitter:
 
 
 def _unit_stride(idx: E.Expr) -> bool:
-    return isinstance(idx, E.Ramp) and E.is_const(idx.stride, 1)
+    return isinstance(idx, E.Ramp) and ES.is_const(idx.stride, 1)

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .. import expr as E
-from .. import tir as T
-from ..errors import BuildError
+from scheduler_core.base.errors import BuildError
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import simplify as ES
+from scheduler_core.ir import tir as T
+
 from . import llvm_types as L
 from .llvm_expr import ExprEmitter
+from .parallel import emit_parallel
 
 STACK_LIMIT_BYTES = 64 * 1024
 ALLOC_ALIGN = 64
@@ -171,7 +174,6 @@ class FunctionEmitter(ExprEmitter):
             raise BuildError(f"loop {s.loop_var.name} is bound to {s.kind}; the llvm target "
                              f"has no GPU threads")
         if s.kind == "parallel" and not self.in_parallel:
-            from .parallel import emit_parallel
             emit_parallel(self, s)
             return
         begin = self.index(s.min)
@@ -203,7 +205,7 @@ class FunctionEmitter(ExprEmitter):
     # -- allocation ---------------------------------------------------------------
     def _s_Allocate(self, s: T.Allocate) -> None:
         buf = s.buffer
-        size = E.const_value(_product(buf.shape)) if buf.shape else 1
+        size = ES.const_value(_product(buf.shape)) if buf.shape else 1
         nbytes = None if size is None else int(size) * L.elem_bytes(buf.dtype)
         if nbytes is not None and nbytes <= STACK_LIMIT_BYTES:
             ptr = self.entry_alloca(ir.ArrayType(L.mem_type(buf.dtype), max(int(size), 1)),
@@ -241,4 +243,4 @@ def _product(shape: tuple) -> E.Expr:
     out = E.as_expr(shape[0])
     for d in shape[1:]:
         out = out * d
-    return E.simplify(out)
+    return ES.simplify(out)

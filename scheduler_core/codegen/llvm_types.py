@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..errors import BuildError
+from scheduler_core.base.errors import BuildError
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)

@@ -28,8 +28,10 @@ import ctypes.util
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from .. import expr as E
-from .. import tir as T
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import expr_functor as EF
+from scheduler_core.ir import tir as T
+
 from . import llvm_types as L
 
 _LOADED: list = []
@@ -47,7 +49,7 @@ def captured(body: T.Stmt, em) -> tuple:
     vs: dict = {}
     bs: dict = {}
     for e in _stmt_exprs(body):
-        for n in E.walk(e):
+        for n in EF.walk(e):
             if isinstance(n, E.Var) and n in em.vars:
                 vs.setdefault(n, None)
             elif isinstance(n, E.BufferLoad) and n.buffer in em.bufs:
@@ -77,8 +79,11 @@ def _stmt_exprs(body: T.Stmt):
 
 
 def emit_parallel(em, loop: T.For) -> None:
-    """Emit ``loop`` (kind "parallel") in the emitter ``em`` as a GOMP_parallel launch."""
-    from .llvm_stmt import FunctionEmitter
+    """Emit ``loop`` (kind "parallel") in the emitter ``em`` as a GOMP_parallel launch.
+
+    The loop body is outlined into a function emitted by a new emitter of ``em``'s own
+    class (``type(em)``), so this module needs nothing from the statement emitter.
+    """
 
     ctx = em.ctx
     ctx.uses_parallel = True
@@ -86,7 +91,7 @@ def emit_parallel(em, loop: T.For) -> None:
     values = [em.bufs[b] for b in cbufs] + [em.vars[v] for v in cvars]
     types = [v.type for v in values]
 
-    body_fn = _outline_body(ctx, loop, cvars, cbufs, types, FunctionEmitter)
+    body_fn = _outline_body(ctx, loop, cvars, cbufs, types, type(em))
     closure_t = ir.LiteralStructType([L.I64, L.I64, L.I32] + types)
     launch_fn = _launcher(ctx, body_fn, closure_t, len(types))
 

@@ -19,8 +19,9 @@ import functools
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from scheduler_core.base.target import host_features
+
 from . import llvm_types as L
-from .target import host_features
 
 FUNCS = ("exp", "log", "sin", "cos", "tanh", "erf", "exp2", "log2", "log10", "pow")
 

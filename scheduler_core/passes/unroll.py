@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 
-
-from .. import expr as E
-from .. import tir as T
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import expr_functor as EF
+from scheduler_core.ir import simplify as ES
+from scheduler_core.ir import tir as T
 
 AUTO_MAX_DEPTH = 8  # TVM's auto_max_depth default
 
@@ -58,12 +59,12 @@ def map_stmt_exprs(s: T.Stmt, fe) -> T.Stmt:
 def substitute_stmt(s: T.Stmt, mapping: dict) -> T.Stmt:
     """Replace variables (``Var`` -> ``Expr``, by identity) in every expression of ``s``,
     then simplify those expressions."""
-    return map_stmt_exprs(s, lambda e: E.simplify(E.substitute(e, mapping)))
+    return map_stmt_exprs(s, lambda e: ES.simplify(EF.substitute(e, mapping)))
 
 
 def const_extent(loop: T.For) -> int | None:
     """The loop's trip count if it is a compile-time constant, else ``None``."""
-    v = E.const_value(loop.extent)
+    v = ES.const_value(loop.extent)
     return int(v) if isinstance(v, int) else None
 
 
@@ -73,7 +74,7 @@ def unroll_copies(loop: T.For) -> T.Stmt:
     The loop must have a constant extent; an extent of 0 gives an empty SeqStmt.
     """
     n = const_extent(loop)
-    copies = [substitute_stmt(loop.body, {loop.loop_var: E.simplify(loop.min + i)})
+    copies = [substitute_stmt(loop.body, {loop.loop_var: ES.simplify(loop.min + i)})
               for i in range(n)]
     return T.seq(*copies) if copies else T.SeqStmt(())
 

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import expr as E
-from .. import tir as T
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import expr_functor as EF
+from scheduler_core.ir import simplify as ES
+from scheduler_core.ir import tir as T
+
 from .unroll import const_extent, substitute_stmt
 
 
@@ -79,7 +82,7 @@ def _vectorize_for(loop: T.For) -> T.Stmt:
 
 
 def _ramp(base: E.Expr, stride: E.Expr, lanes: int) -> E.Ramp:
-    return E.Ramp(E.simplify(base), E.simplify(stride), lanes, base.dtype)
+    return E.Ramp(ES.simplify(base), ES.simplify(stride), lanes, base.dtype)
 
 
 class _Vectorizer:
@@ -153,11 +156,11 @@ class _Vectorizer:
             if n == 1:
                 return (e if index is e.index else E.BufferLoad(e.buffer, index, e.dtype)), 1
             return E.BufferLoad(e.buffer, index, e.dtype, self.lanes), self.lanes
-        kids = E.children(e)
+        kids = EF.children(e)
         new = [self.expr(k) for k in kids]
         if all(n == 1 for _, n in new):
             same = all(a is k for (a, _), k in zip(new, kids))
-            return (e if same else E.rebuild(e, tuple(a for a, _ in new))), 1
+            return (e if same else EF.rebuild(e, tuple(a for a, _ in new))), 1
         if isinstance(e, E.BinaryOp):
             ramp = self._affine(e.op, new[0], new[1])
             if ramp is not None:
@@ -165,7 +168,7 @@ class _Vectorizer:
         if isinstance(e, E.Select) and new[0][1] == 1:
             cond = new[0][0]
             return E.Select(cond, self._bcast(*new[1]), self._bcast(*new[2]), e.dtype), self.lanes
-        return E.rebuild(e, tuple(self._bcast(a, n) for a, n in new)), self.lanes
+        return EF.rebuild(e, tuple(self._bcast(a, n) for a, n in new)), self.lanes
 
     def _affine(self, op: str, av: tuple, bv: tuple) -> E.Ramp | None:
         """Keep ``ramp op scalar`` (and ``ramp +- ramp``) a Ramp when it is affine."""

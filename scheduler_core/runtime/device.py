@@ -3,7 +3,7 @@
 A :class:`Device` is a plain value ``(kind, index)``.  ``cpu`` devices always
 exist.  ``cuda`` devices can be named on any machine (so that a script which
 builds for ``cuda`` still imports and prints); using one to hold memory or to
-run raises :class:`~scheduler_core.errors.DeviceRuntimeError`, which says
+run raises :class:`~scheduler_core.base.errors.DeviceRuntimeError`, which says
 whether the CUDA driver is missing or the device index is out of range.
 
 Spellings accepted, as in TVM: ``cpu(0)``, ``cuda(0)``, ``device("cpu", 0)``,
@@ -18,7 +18,7 @@ import ctypes.util
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..errors import DeviceRuntimeError
+from scheduler_core.base.errors import DeviceRuntimeError
 
 DEVICE_KINDS = ("cpu", "cuda")
 # DLPack device type codes, as TVM reports them in ``Device.device_type``.

@@ -16,7 +16,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import BuildError
+import llvmlite.binding as llvm
+
+from scheduler_core.base.errors import BuildError
 
 SAVE_FORMATS = {".o": "o", ".obj": "o", ".ll": "ll", ".s": "s", ".asm": "s", ".bc": "bc"}
 LINK_LIBS = ("-lgomp", "-lm")  # parallel loops call libgomp's GOMP_parallel; math calls libm
@@ -39,7 +41,6 @@ def save_module(module, path: str | os.PathLike, fmt: str = "") -> None:
     elif fmt == "s":
         path.write_text(module.get_source("asm"))
     elif fmt == "bc":
-        import llvmlite.binding as llvm
         path.write_bytes(llvm.parse_assembly(module.get_source("ll")).as_bitcode())
     else:
         raise BuildError(f"cannot save {path.name!r}: unknown format {fmt or path.suffix!r}; use .o, .ll, .s or .bc")

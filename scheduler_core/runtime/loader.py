@@ -21,7 +21,10 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import BuildError
+import llvmlite.binding as llvm
+
+from scheduler_core.base.errors import BuildError
+
 from .export import link_shared
 from .module import Module
 from .signature import Signature
@@ -119,7 +122,6 @@ def elf_defined_symbols(data: bytes) -> list:
 # ---------------------------------------------------------------------------
 
 def _load_llvm_ir(ir_text: str, entry_name: str | None) -> Module:
-    import llvmlite.binding as llvm
 
     _load_libgomp()
     try:
@@ -153,7 +155,6 @@ def _host_target_machine(llvm):
 @lru_cache(maxsize=1)
 def _load_libgomp() -> None:
     """Make libgomp's symbols (GOMP_parallel, omp_get_thread_num) visible to the JIT, if present."""
-    import llvmlite.binding as llvm
 
     name = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:

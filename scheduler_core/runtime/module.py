@@ -19,7 +19,12 @@ from __future__ import annotations
 import ctypes
 from typing import Callable
 
-from ..errors import BuildError, DeviceRuntimeError, RuntimeArgumentError
+from scheduler_core.base.errors import (
+    BuildError,
+    DeviceRuntimeError,
+    RuntimeArgumentError,
+)
+
 from . import export as _export
 from .device import Device, device
 from .signature import Signature

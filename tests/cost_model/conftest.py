@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from scheduler_core.measure import MeasureInput, MeasureResult
+from scheduler_core.measure.data import MeasureInput, MeasureResult
 from tests.cost_model.schedules import matmul_dag, measure_in_process, tiled_matmul_state
 
 N_MEASURED = 90

@@ -1,6 +1,6 @@
 """Random tiled schedules of a matmul and in-process timings, for the cost-model tests.
 
-    dag.get_init_state() --tiled_matmul_state(rng)--> State (split i/j/k, reorder,
+    State.from_dag(dag) --tiled_matmul_state(rng)--> State (split i/j/k, reorder,
         parallel outer, vectorize inner, auto_unroll pragma)
     State --sc.build + time_evaluator--> seconds per call
 
@@ -16,9 +16,9 @@ import numpy as np
 
 import scheduler_core as sc
 from scheduler_core import ComputeDAG
-from scheduler_core.expr import const_value
-from scheduler_core.transform_step import (AnnotationStep, FuseStep, PragmaStep, ReorderStep,
-                                           SplitStep)
+from scheduler_core.ir.simplify import const_value
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.transform_step import AnnotationStep, FuseStep, PragmaStep, ReorderStep, SplitStep
 from tests.workloads import matmul
 
 # Loop orders over (i0, i1, j0, j1, k0, k1) after splitting i, j and k once each
@@ -49,7 +49,7 @@ def tiled_matmul_state(dag: ComputeDAG, rng: np.random.Generator, parallel: bool
     measured ranking test leaves them out).
     """
     n = const_value(dag.tensors[0].shape[0])
-    s = dag.get_init_state()
+    s = State.from_dag(dag)
     divs = _divisors(n)
     fi, fj, fk = (int(rng.choice(divs[:-1] if len(divs) > 1 else divs)) for _ in range(3))
     s = SplitStep(2, 0, n, (fi,), True).apply(s)

@@ -10,14 +10,20 @@ import numpy as np
 import pytest
 
 from cost_model import feature as F
-from cost_model.feature import (FEATURE_NAMES, FEATURE_VERSION, N_FEATURES, FeatureCache,
-                                get_per_store_features, get_per_store_features_from_states)
+from cost_model.feature import (
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    N_FEATURES,
+    FeatureCache,
+    get_per_store_features,
+    get_per_store_features_from_states,
+)
 from cost_model.index_form import affine_form, contiguous_elements, touched_elements
 from scheduler_core import ComputeDAG, replay_steps
-from scheduler_core.errors import LoweringError
-from scheduler_core.expr import Var
-from scheduler_core.transform_step import (AnnotationStep, FuseStep, PragmaStep, ReorderStep,
-                                           SplitStep)
+from scheduler_core.base.errors import LoweringError
+from scheduler_core.ir.expr import Var
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.transform_step import AnnotationStep, FuseStep, PragmaStep, ReorderStep, SplitStep
 from tests.workloads import matmul_add
 
 N = 256
@@ -33,7 +39,7 @@ def _log2p(x: float) -> float:
 
 def _tiled(dag, n):
     """matmul+bias: i, j, k tiled; (i.0, j.0) fused and parallel, j.2 (16) vectorized, unroll pragma."""
-    s = dag.get_init_state()
+    s = State.from_dag(dag)
     s = SplitStep(2, 0, n, (8, 8), True).apply(s)
     s = SplitStep(2, 3, n, (8, 16), True).apply(s)
     s = SplitStep(2, 6, n, (4,), True).apply(s)
@@ -56,14 +62,14 @@ def test_names_version_and_shape(dag):
     assert FEATURE_NAMES[:3] == ("float_mad", "float_addsub", "float_mul")
     assert FEATURE_NAMES[57] == "B0.acc_type.kRead" and FEATURE_NAMES[-1] == "auto_unroll_max_step"
     assert isinstance(FEATURE_VERSION, str) and FEATURE_VERSION
-    f = get_per_store_features(None, dag.get_init_state(), cache=None)
+    f = get_per_store_features(None, State.from_dag(dag), cache=None)
     assert f.shape == (2, N_FEATURES) and f.dtype == np.float32  # matmul, out
     assert np.isfinite(f).all()
 
 
 def test_naive_matmul_values(dag):
     """The naive i, j, k loop: n^3 multiplies, B read with stride n in the innermost loop."""
-    f = get_per_store_features(None, dag.get_init_state(), cache=None)[0]
+    f = get_per_store_features(None, State.from_dag(dag), cache=None)[0]
     assert f[_col("float_mul")] == pytest.approx(_log2p(N ** 3))
     assert f[_col("outer_prod")] == pytest.approx(_log2p(N ** 3))
     assert f[_col("num_loops")] == pytest.approx(_log2p(3))
@@ -84,7 +90,7 @@ def test_naive_matmul_values(dag):
 
 def test_tiled_state_differs_sensibly(dag):
     """Vectorize/parallel/unroll features appear; the work stays the same."""
-    naive = get_per_store_features(None, dag.get_init_state(), cache=None)
+    naive = get_per_store_features(None, State.from_dag(dag), cache=None)
     tiled = get_per_store_features(None, _tiled(dag, N), cache=None)
     a, b = naive[0], tiled[0]
     assert b[_col("vec_num")] == 1 and b[_col("vec_len")] == pytest.approx(_log2p(16))
@@ -105,10 +111,10 @@ def test_tiled_state_differs_sensibly(dag):
 
 def test_gpu_binding_lengths(dag):
     """Zeros on CPU; the bound extents once loops are bound to blockIdx.x / threadIdx.x."""
-    cpu = get_per_store_features(None, dag.get_init_state(), cache=None)[0]
+    cpu = get_per_store_features(None, State.from_dag(dag), cache=None)[0]
     names = ("is_gpu", "blockIdx_x_len", "threadIdx_x_len", "vthread_len")
     assert all(cpu[_col(n)] == 0 for n in names)
-    s = SplitStep(2, 0, N, (32,), True).apply(dag.get_init_state())
+    s = SplitStep(2, 0, N, (32,), True).apply(State.from_dag(dag))
     s = AnnotationStep(2, 0, "blockIdx.x").apply(s)
     s = AnnotationStep(2, 1, "threadIdx.x").apply(s)
     gpu = get_per_store_features(None, s, cache=None)[0]
@@ -139,7 +145,7 @@ def test_cache_by_steps(dag):
     again = get_per_store_features(T, replay_steps(dag, s.transform_steps), cache)
     assert again is first and cache.hits == 1
     assert not first.flags.writeable
-    batch = get_per_store_features_from_states(T, [dag.get_init_state(), s], cache)
+    batch = get_per_store_features_from_states(T, [State.from_dag(dag), s], cache)
     assert batch[1] is first and cache.hits == 2
 
 
@@ -148,7 +154,7 @@ def test_state_that_fails_to_lower_gives_zero_row(dag, monkeypatch):
         raise LoweringError("no")
 
     monkeypatch.setattr(F, "lower_state", boom)
-    f = get_per_store_features(None, dag.get_init_state(), cache=None)
+    f = get_per_store_features(None, State.from_dag(dag), cache=None)
     assert f.shape == (1, N_FEATURES) and not f.any() and F.is_invalid(f)
 
 
@@ -173,7 +179,7 @@ def test_speed_report(dag, record_property):
     states = []
     for _ in range(40):
         fi, fj = (int(x) for x in rng.choice([2, 4, 8, 16, 32], 2))
-        s = SplitStep(2, 0, 1024, (fi, 8), True).apply(big.get_init_state())
+        s = SplitStep(2, 0, 1024, (fi, 8), True).apply(State.from_dag(big))
         s = SplitStep(2, 3, 1024, (fj, 16), True).apply(s)
         s = SplitStep(2, 6, 1024, (4,), True).apply(s)
         s = ReorderStep(2, (0, 3, 1, 4, 6, 2, 7, 5)).apply(s)
@@ -181,7 +187,7 @@ def test_speed_report(dag, record_property):
         states.append(AnnotationStep(2, 0, "parallel").apply(s))
     # Wall time, and this process's CPU time (what the figure would be on an idle machine).
     w0, c0 = time.perf_counter(), time.process_time()
-    funcs = [F.lower_state(s, passes=False) for s in states]
+    funcs = [F.lower_state(s) for s in states]
     w1, c1 = time.perf_counter(), time.process_time()
     feats = [F.features_from_primfunc(fn) for fn in funcs]
     w2, c2 = time.perf_counter(), time.process_time()
@@ -201,13 +207,13 @@ def test_speed_report(dag, record_property):
 ])
 def test_random_schedules_of_many_workloads_give_finite_features(name, args):
     """Random legal schedules (cache stages, compute_at, rfactor...) of the shared workloads."""
-    from tests.scheduler_core.random_schedule import random_schedule
     import tests.workloads as W
+    from tests.scheduler_core.random_schedule import random_schedule
 
     d = ComputeDAG(getattr(W, name)(*args))
     rng = np.random.default_rng(7)
     for _ in range(12):
-        s = random_schedule(d.get_init_state(), rng, int(rng.integers(1, 10)))
+        s = random_schedule(State.from_dag(d), rng, int(rng.integers(1, 10)))
         f = get_per_store_features(None, s, cache=None)
         assert f.ndim == 2 and f.shape[1] == N_FEATURES and f.shape[0] >= 1
         assert np.isfinite(f).all()

@@ -9,8 +9,8 @@ import sys
 
 import cost_model
 
-SEARCH_LAYER = ("scheduler_core.search_task", "scheduler_core.search_policy",
-                "scheduler_core.task_scheduler", "scheduler_core.program_measurer")
+SEARCH_LAYER = ("scheduler_core.search.search_task", "scheduler_core.search.search_policy",
+                "scheduler_core.search.task_scheduler", "scheduler_core.search.program_measurer")
 FORBIDDEN = SEARCH_LAYER + ("sketch_rules", "workers", "api", "redis", "rq", "fastapi")
 
 

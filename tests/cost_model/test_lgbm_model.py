@@ -119,7 +119,7 @@ def test_normalized_throughput_is_per_task():
 
 
 def test_update_from_file(matmul_task, measured, tmp_path):
-    mr = pytest.importorskip("scheduler_core.measure_record")
+    mr = pytest.importorskip("scheduler_core.measure.record")
     states, costs = measured
     inputs, results = as_measurements(matmul_task, states[:N_TRAIN], costs[:N_TRAIN])
     path = str(tmp_path / "records.json")
@@ -156,8 +156,8 @@ def test_pairwise_accuracy():
 
 def test_states_that_fail_to_lower_predict_minus_inf(trained, matmul_task, measured, monkeypatch):
     from cost_model import feature as F
-    from scheduler_core.errors import LoweringError
-    from scheduler_core.transform_step import PragmaStep
+    from scheduler_core.base.errors import LoweringError
+    from scheduler_core.schedule.transform_step import PragmaStep
 
     states, _ = measured
     bad = PragmaStep(2, 1, "auto_unroll_max_step$512").apply(states[0])  # new steps: not cached

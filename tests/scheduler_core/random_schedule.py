@@ -23,13 +23,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler_core.dataflow_step import (CacheReadStep, CacheWriteStep, ComputeInlineStep,
-                                          RfactorStep)
-from scheduler_core.errors import ScheduleError
-from scheduler_core.loop_state import State
-from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, ComputeRootStep,
-                                           FuseStep, PragmaStep, ReorderStep, SplitStep,
-                                           StorageAlignStep)
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.schedule.dataflow_step import CacheReadStep, CacheWriteStep, ComputeInlineStep, RfactorStep
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.transform_step import (
+    AnnotationStep,
+    ComputeAtStep,
+    ComputeRootStep,
+    FuseStep,
+    PragmaStep,
+    ReorderStep,
+    SplitStep,
+    StorageAlignStep,
+)
 
 # Relative weights of the actions (an attempt that does not apply is skipped).
 ACTION_WEIGHTS = {
@@ -234,7 +240,7 @@ def random_schedule(state: State, rng: np.random.Generator, n_steps: int,
 
     Parameters
     ----------
-    state : State, usually ``dag.get_init_state()``
+    state : State, usually ``State.from_dag(dag)``
     rng : numpy.random.Generator, the only source of randomness
     n_steps : int, the number of steps to apply
     max_attempts : int, how many candidate steps to try in all (default ``4 * n_steps``)

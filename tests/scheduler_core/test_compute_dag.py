@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from scheduler_core import ComputeDAG, InvalidWorkloadError, te
-from scheduler_core.tensor import ComputeOp, PlaceholderOp, ScanOp
+from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, ScanOp
 
 REPO = Path(__file__).resolve().parents[2]
 

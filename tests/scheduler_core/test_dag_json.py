@@ -12,11 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import ComputeDAG, InvalidWorkloadError, te
-from scheduler_core.dag_json import FORMAT, VERSION, dag_from_json, dag_to_json
-from scheduler_core.expr import INTRINSICS, BinaryOp, FloatImm, call, const, simplify
+from scheduler_core.dag.dag_json import FORMAT, VERSION, dag_to_json
+from scheduler_core.ir.expr import INTRINSICS, BinaryOp, FloatImm, call, const
+from scheduler_core.ir.simplify import simplify
 
 from .test_compute_dag import (
-    REPO, conv2d_bias_relu, matmul_add, matmul_bias_relu, scan_cumsum, scan_two_states, softmax,
+    REPO,
+    conv2d_bias_relu,
+    matmul_add,
+    matmul_bias_relu,
+    scan_cumsum,
+    scan_two_states,
+    softmax,
 )
 
 
@@ -26,7 +33,7 @@ def assert_round_trip(dag: ComputeDAG) -> ComputeDAG:
     assert back.to_json() == text
     assert back.workload_key == dag.workload_key
     assert str(back) == str(dag)
-    again = dag_from_json(json.loads(text))  # the dict form too
+    again = ComputeDAG.from_json(json.loads(text))  # the dict form too
     assert again.to_json() == text
     return back
 
@@ -66,7 +73,7 @@ def test_schema_doc_example_is_current():
 
 
 def test_round_trip_computes_the_same():
-    reference = pytest.importorskip("scheduler_core.reference")
+    reference = pytest.importorskip("scheduler_core.dag.reference")
     rng = np.random.default_rng(0)
     for tensors in (matmul_bias_relu(), conv2d_bias_relu(), softmax(3, 5)):
         dag = ComputeDAG(tensors)
@@ -119,23 +126,23 @@ def test_hostile_constants_are_rejected_quickly():
     for shape in (e, {"kind": "cast", "value": inf, "dtype": "int32"}):
         obj["ops"][0]["shape"][0] = shape
         with pytest.raises(InvalidWorkloadError, match="does not evaluate"):
-            dag_from_json(obj)
+            ComputeDAG.from_json(obj)
     odd = BinaryOp("pow", FloatImm(-8.0), FloatImm(1 / 3), "float32")
     assert simplify(odd) is odd  # a complex result is not folded
 
 
 def test_hostile_depth_raises_invalid_workload_not_recursion_error():
     with pytest.raises(InvalidWorkloadError):
-        dag_from_json("[" * 100_000 + "]" * 100_000)
+        ComputeDAG.from_json("[" * 100_000 + "]" * 100_000)
     with pytest.raises(InvalidWorkloadError):
-        dag_from_json('{"format": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001)
+        ComputeDAG.from_json('{"format": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001)
     obj = dag_to_json(ComputeDAG(matmul_add(4, 4, 4)))
     node = obj["ops"][4]["body"]
     for _ in range(100_000):
         node = {"kind": "not", "a": node}
     obj["ops"][4]["body"] = node
     with pytest.raises(InvalidWorkloadError) as e:
-        dag_from_json(obj)
+        ComputeDAG.from_json(obj)
     assert e.value.path.startswith("ops[4].body.a.a.a") and "max_depth" in str(e.value)
 
 
@@ -229,7 +236,7 @@ def test_malformed_payloads(what, mutate, path, limits):
     obj = copy.deepcopy(dag_to_json(ComputeDAG(matmul_add(4, 4, 4))))
     mutate(obj)
     with pytest.raises(InvalidWorkloadError) as e:
-        dag_from_json(obj, **limits)
+        ComputeDAG.from_json(obj, **limits)
     assert path in e.value.path, (what, e.value.path, str(e.value))
     assert not e.value.path.startswith("."), e.value.path
 
@@ -237,7 +244,7 @@ def test_malformed_payloads(what, mutate, path, limits):
 @pytest.mark.parametrize("text", ["{not json", "", "[1, 2", '{"format": NaN}', "null", "[]", "42"])
 def test_malformed_json_text(text):
     with pytest.raises(InvalidWorkloadError):
-        dag_from_json(text)
+        ComputeDAG.from_json(text)
 
 
 def test_scan_state_must_be_placeholder():
@@ -245,7 +252,7 @@ def test_scan_state_must_be_placeholder():
     scan = obj["ops"][-1]
     scan["state_placeholder"] = [scan["init"][0]]
     with pytest.raises(InvalidWorkloadError) as e:
-        dag_from_json(obj)
+        ComputeDAG.from_json(obj)
     assert e.value.path == "ops[4].state_placeholder[0]"
 
 
@@ -347,7 +354,7 @@ def test_mutated_payloads_raise_only_invalid_workload(name, data):
             parent = parent[key]
         parent[pos[-1]] = copy.deepcopy(data.draw(st.sampled_from(_JUNK)))
     try:
-        dag = dag_from_json(obj)
+        dag = ComputeDAG.from_json(obj)
     except InvalidWorkloadError:
         return
     assert ComputeDAG.from_json(dag.to_json()).to_json() == dag.to_json()

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 
 import scheduler_core as sc
-from scheduler_core.layout_rewrite import apply_layout_rewrite, has_layout_free_placeholders
+from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite, has_layout_free_placeholders
+from scheduler_core.schedule.loop_state import State
 from tests.workloads import matmul
 
 
@@ -41,6 +42,6 @@ def test_seed000_schedule_reads_b_in_tile_order_and_matches_numpy():
 def test_no_layout_free_placeholders_is_a_no_op():
     A, B, C = matmul(16, 16, 16)
     dag = sc.ComputeDAG([A, B, C])
-    state = dag.get_init_state()
+    state = State.from_dag(dag)
     assert not has_layout_free_placeholders(dag)
     assert apply_layout_rewrite(state) is state

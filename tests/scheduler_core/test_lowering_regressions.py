@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler_core import reference
-from scheduler_core.dataflow_step import CacheReadStep, CacheWriteStep, RfactorStep, replay_steps
-from scheduler_core.errors import ScheduleError
-from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, ReorderStep,
-                                           SplitStep)
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.dag import reference
+from scheduler_core.schedule.dataflow_step import CacheReadStep, CacheWriteStep, RfactorStep, replay_steps
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.transform_step import AnnotationStep, ComputeAtStep, ReorderStep, SplitStep
 from tests.scheduler_core.test_random_schedules import check_state, get_dag, random_inputs
 
 
@@ -54,7 +54,7 @@ def test_reorder_that_moves_a_reader_out_of_a_producers_loop_is_rejected():
 
 def test_compute_root_of_a_reader_is_rejected():
     """row_sum and exp at softmax.i; moving row_sum back to root leaves exp inside."""
-    from scheduler_core.transform_step import ComputeRootStep
+    from scheduler_core.schedule.transform_step import ComputeRootStep
     _rejected("softmax", [ComputeAtStep(3, 4, 0), ComputeAtStep(2, 4, 0), ComputeRootStep(3)],
               "row_sum reads it outside")
 
@@ -123,7 +123,7 @@ def test_rfactor_after_an_oversized_nparts_split_matches():
 
 
 def test_split_iterator_extents_are_the_lowered_trip_counts():
-    state = SplitStep(2, 3, 6, (4, 6), False).apply(get_dag("batch_matmul").get_init_state())
+    state = SplitStep(2, 3, 6, (4, 6), False).apply(State.from_dag(get_dag("batch_matmul")))
     assert [it.const_extent for it in state.stages[2].iters[3:]] == [4, 2, 1]
-    state = SplitStep(2, 3, 6, (4, 8), True).apply(get_dag("batch_matmul").get_init_state())
+    state = SplitStep(2, 3, 6, (4, 8), True).apply(State.from_dag(get_dag("batch_matmul")))
     assert [it.const_extent for it in state.stages[2].iters[3:]] == [1, 1, 6]

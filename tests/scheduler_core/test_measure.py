@@ -23,14 +23,15 @@ import pytest
 
 import scheduler_core as sc
 from scheduler_core import te
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.local_runner import arg_specs, compare_outputs
-from scheduler_core.measure import (FAILED_COST_S, BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo,
-                                    MeasureInput, MeasureResult, check_against_reference)
-from scheduler_core.measure_record import RecordTask
-from scheduler_core.popen_pool import PopenPool
-from scheduler_core.schedule import Schedule
-from scheduler_core.transform_step import SplitStep
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.measure.data import FAILED_COST_S, BuildResult, MeasureErrorNo, MeasureInput, MeasureResult
+from scheduler_core.measure.local_builder import LocalBuilder
+from scheduler_core.measure.local_runner import LocalRunner, arg_specs, check_against_reference, compare_outputs
+from scheduler_core.measure.popen_pool import PopenPool
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.schedule_api import Schedule
+from scheduler_core.schedule.transform_step import SplitStep
 from tests.workloads import matmul, matmul_add
 
 N = 64
@@ -42,19 +43,19 @@ def _tiled_matmul_add_input(n: int = N, target: str = "llvm") -> MeasureInput:
     dag = ComputeDAG(matmul_add(n, n, n))
     A, B, C, out = dag.tensors
     mm = out.op.input_tensors()[0]
-    s = Schedule.from_state(dag.get_init_state())
+    s = Schedule.from_state(State.from_dag(dag))
     i, j = s[out].op.axis
     io, ii = s[out].split(i, factor=8)
     jo, ji = s[out].split(j, factor=16)
     s[out].reorder(io, jo, ii, ji)
     s[out].vectorize(ji)
     s[mm].compute_at(s[out], jo)
-    return MeasureInput(RecordTask(dag, dag.workload_key, target), s.state)
+    return MeasureInput(Task.create(dag, target), s.state)
 
 
 def _plain_matmul_input(n: int = N) -> MeasureInput:
     dag = ComputeDAG(matmul(n, n, n))
-    return MeasureInput(RecordTask(dag, dag.workload_key, "llvm"), dag.get_init_state())
+    return MeasureInput(Task.create(dag, "llvm"), State.from_dag(dag))
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,7 @@ _BODIES = {
 def fault_libs(tmp_path_factory):
     """{kind: path of a .so exporting ``default_function`` for the N x N matmul}."""
     dag = ComputeDAG(matmul(N, N, N))
-    meta = sc.build(dag.get_init_state(), list(dag.tensors), "llvm", name="default_function").signature.to_meta_json()
+    meta = sc.build(State.from_dag(dag), list(dag.tensors), "llvm", name="default_function").signature.to_meta_json()
     out = tmp_path_factory.mktemp("faults")
     libs = {}
     for kind, body in _BODIES.items():
@@ -193,7 +194,7 @@ def test_check_against_reference(runner, built, fault_libs):
 def test_symbolic_shapes_are_an_instantiation_error(runner):
     n = te.var("n")
     dag = ComputeDAG(matmul(n, n, n))
-    inp = MeasureInput(RecordTask(dag, dag.workload_key, "llvm"), dag.get_init_state())
+    inp = MeasureInput(Task.create(dag, "llvm"), State.from_dag(dag))
     br = BuildResult("/nonexistent.so", tuple(dag.tensors), 0, "", 0.5)
     (res,) = runner.run([inp], [br])
     assert res.error_no == E.INSTANTIATION_ERROR and "symbolic" in res.error_msg

@@ -15,13 +15,24 @@ import json
 
 import pytest
 
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.errors import RecordFormatError
-from scheduler_core.lower import lower_state
-from scheduler_core.measure import MeasureErrorNo, MeasureInput, MeasureResult
-from scheduler_core.measure_record import (RECORD_VERSION, RecordReader, RecordTask, RecordToFile, decode_record,
-                                           distill, encode_dag_line, encode_record, load_best_record, load_records)
-from scheduler_core.schedule import Schedule
+from scheduler_core.base.errors import RecordFormatError
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.lowering.lower import lower_state
+from scheduler_core.measure.data import MeasureErrorNo, MeasureInput, MeasureResult
+from scheduler_core.measure.record import (
+    RECORD_VERSION,
+    RecordReader,
+    RecordToFile,
+    decode_record,
+    distill,
+    encode_dag_line,
+    encode_record,
+    load_best_record,
+    load_records,
+)
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.schedule_api import Schedule
 from tests.workloads import matmul, matmul_add
 
 E = MeasureErrorNo
@@ -32,7 +43,7 @@ def _tiled_input(n: int = 32, target: str = "llvm", inner: int = 8) -> MeasureIn
     dag = ComputeDAG(matmul_add(n, n, n))
     A, B, C, out = dag.tensors
     mm = out.op.input_tensors()[0]
-    s = Schedule.from_state(dag.get_init_state())
+    s = Schedule.from_state(State.from_dag(dag))
     i, j = s[out].op.axis
     io, ii = s[out].split(i, factor=4)
     jo, ji = s[out].split(j, factor=inner)
@@ -40,12 +51,12 @@ def _tiled_input(n: int = 32, target: str = "llvm", inner: int = 8) -> MeasureIn
     s[out].vectorize(ji)
     s[out].unroll(ii)
     s[mm].compute_at(s[out], jo)
-    return MeasureInput(RecordTask(dag, dag.workload_key, target), s.state)
+    return MeasureInput(Task.create(dag, target), s.state)
 
 
 def _plain_input(n: int = 16, target: str = "llvm") -> MeasureInput:
     dag = ComputeDAG(matmul(n, n, n))
-    return MeasureInput(RecordTask(dag, dag.workload_key, target), dag.get_init_state())
+    return MeasureInput(Task.create(dag, target), State.from_dag(dag))
 
 
 def _result(cost_s: float, error_no: int = 0) -> MeasureResult:
@@ -66,7 +77,7 @@ def test_encode_decode_round_trip():
     assert inp2.state.transform_steps == inp.state.transform_steps
     assert _program(inp2) == _program(inp)
     assert res2.costs == res.costs and res2.error_no == 0 and res2.all_cost == 0.75 and res2.timestamp == res.timestamp
-    assert inp2.task.workload_key == inp.task.workload_key and inp2.task.target == "llvm"
+    assert inp2.task.workload_key == inp.task.workload_key and str(inp2.task.target) == "llvm"
 
 
 def test_record_to_file_writes_each_dag_once_and_survives_reopen(tmp_path):
@@ -95,7 +106,7 @@ def test_load_best_record_and_filters(tmp_path):
         None, [a, a, a, a_avx2, b],
         [_result(3e-3), _result(1e-4, E.WRONG_ANSWER), _result(2e-3), _result(1e-3), _result(5e-3)])
     best_inp, best_res = load_best_record(path)
-    assert best_res.costs == (1e-3, 1e-3) and best_inp.task.target == "llvm -mcpu=core-avx2"
+    assert best_res.costs == (1e-3, 1e-3) and str(best_inp.task.target) == "llvm -mcpu=core-avx2"
     inp, res = load_best_record(path, workload_key=a.task.workload_key, target="llvm")
     assert res.costs[0] == 2e-3 and _program(inp) == _program(a)
     assert load_best_record(path, target="llvm  -mcpu=core-avx2")[1].costs[0] == 1e-3  # whitespace-normalized
@@ -111,7 +122,7 @@ def test_distill_keeps_the_best_per_workload_and_target(tmp_path):
         [_result(3e-3), _result(2e-3), _result(4e-3), _result(1e-9, E.RUNTIME_DEVICE), _result(1e-3), _result(9e-4)])
     assert distill(log, out) == 3
     records = load_records(out)
-    kept = sorted((i.task.target, i.task.workload_key == a.task.workload_key, r.costs[0]) for i, r in records)
+    kept = sorted((str(i.task.target), i.task.workload_key == a.task.workload_key, r.costs[0]) for i, r in records)
     assert kept == [("llvm", False, 9e-4), ("llvm", True, 2e-3), ("llvm -mcpu=core-avx2", True, 4e-3)]
     assert sum(1 for t in out.read_text().splitlines() if '"w"' in t) == 2
     # a second distill merges with what out already holds

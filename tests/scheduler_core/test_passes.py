@@ -1,7 +1,9 @@
 """Structure of the unroll and vectorize passes (no compilation needed)."""
 
-from scheduler_core import expr as E
-from scheduler_core import tir as T
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import expr_functor as EF
+from scheduler_core.ir import simplify as ES
+from scheduler_core.ir import tir as T
 from scheduler_core.passes import substitute_stmt, unroll_loops, vectorize_loops
 
 A = T.Buffer("A", "float32", (16, 64))
@@ -32,7 +34,7 @@ def test_flattened_index_stays_unit_stride_ramp():
     s = vectorize_loops(_loop(i, 16, "serial", _loop(jo, 8, "serial", _loop(ji, 8, "vectorized", body))))
     (st,) = _stores(s)
     assert isinstance(st.index, E.Ramp) and st.index.lanes == 8
-    assert E.is_const(st.index.stride, 1)
+    assert ES.is_const(st.index.stride, 1)
     assert isinstance(st.value, E.BinaryOp)
     load, one = st.value.a, st.value.b
     assert isinstance(load, E.BufferLoad) and load.lanes == 8 and isinstance(load.index, E.Ramp)
@@ -46,7 +48,7 @@ def test_strided_ramp_and_nonzero_min():
     loop = T.For(i, E.const(4), E.const(4), "vectorized", T.Store(C, i * 64 + j, E.const(0.0)))
     s = vectorize_loops(_loop(j, 64, "serial", loop))
     (st,) = _stores(s)
-    assert E.is_const(st.index.stride, 64) and st.index.lanes == 4
+    assert ES.is_const(st.index.stride, 64) and st.index.lanes == 4
     assert isinstance(st.value, E.Broadcast)
 
 
@@ -58,7 +60,7 @@ def test_reduction_pattern_vectorizes():
     (st,) = _stores(s)
     mul = st.value.b
     assert isinstance(mul.a, E.Broadcast) and isinstance(mul.a.value, E.BufferLoad)
-    assert mul.b.lanes == 16 and E.is_const(mul.b.index.stride, 1)
+    assert mul.b.lanes == 16 and ES.is_const(mul.b.index.stride, 1)
     assert [l.kind for l in _loops(s)] == ["serial"]
 
 
@@ -75,7 +77,7 @@ def test_fallbacks_keep_serial_loop():
     for body in cases:
         s = vectorize_loops(_loop(j, 8, "vectorized", body))
         assert isinstance(s, T.For) and s.kind == "serial"
-        assert not any(isinstance(x, E.Ramp) for x in E.walk(_stores(s)[0].index))
+        assert not any(isinstance(x, E.Ramp) for x in EF.walk(_stores(s)[0].index))
     s = vectorize_loops(_loop(j, n, "vectorized", st))
     assert s.kind == "serial"
 
@@ -103,7 +105,7 @@ def test_vector_let_is_inlined():
     j, t = E.Var("j"), E.Var("t")
     body = T.LetStmt(t, j * 2, T.Store(C, t, E.const(1.0)))
     s = vectorize_loops(_loop(j, 8, "vectorized", body))
-    assert isinstance(s, T.Store) and E.is_const(s.index.stride, 2)
+    assert isinstance(s, T.Store) and ES.is_const(s.index.stride, 2)
 
 
 # -- unroll ------------------------------------------------------------------------

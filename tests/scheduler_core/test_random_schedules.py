@@ -25,11 +25,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import scheduler_core as sc
-from scheduler_core import reference
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.dataflow_step import replay_steps
-from scheduler_core.errors import ScheduleError
-from scheduler_core.lower import lower_state
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.dag import reference
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.lowering.lower import lower_state
+from scheduler_core.schedule.dataflow_step import replay_steps
+from scheduler_core.schedule.loop_state import State
 from tests import workloads as W
 from tests.scheduler_core.random_schedule import random_schedule
 
@@ -135,7 +136,7 @@ def shrink_steps(dag, steps, inputs, expected) -> list:
 def check_random_schedule(name: str, seed: int, n_steps: int) -> None:
     dag = get_dag(name)
     rng = np.random.default_rng(seed)
-    state = random_schedule(dag.get_init_state(), rng, n_steps)
+    state = random_schedule(State.from_dag(dag), rng, n_steps)
     inputs = random_inputs(dag, rng)
     expected = reference.evaluate(dag, inputs)
     try:
@@ -176,8 +177,8 @@ def test_random_schedule_matches_reference_slow(name, seed, n_steps):
 def test_generator_is_reproducible_and_applies_steps():
     """The same seed gives the same steps; schedules are not empty."""
     dag = get_dag("conv2d_nchw")
-    a = random_schedule(dag.get_init_state(), np.random.default_rng(7), 12)
-    b = random_schedule(dag.get_init_state(), np.random.default_rng(7), 12)
+    a = random_schedule(State.from_dag(dag), np.random.default_rng(7), 12)
+    b = random_schedule(State.from_dag(dag), np.random.default_rng(7), 12)
     assert [s.to_record() for s in a.transform_steps] == [s.to_record() for s in b.transform_steps]
     assert len(a.transform_steps) >= 6
 
@@ -188,7 +189,7 @@ def test_generator_covers_every_action():
     for name in sorted(DAGS):
         dag = get_dag(name)
         for seed in range(6):
-            state = random_schedule(dag.get_init_state(), np.random.default_rng(seed), 15)
+            state = random_schedule(State.from_dag(dag), np.random.default_rng(seed), 15)
             for s in state.transform_steps:
                 rec = s.to_record()
                 seen.add(rec[0] if rec[0] != "AN" else f"AN{rec[3]}")

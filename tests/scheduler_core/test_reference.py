@@ -6,12 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
 from scheduler_core import ComputeDAG, InvalidWorkloadError, te
-from scheduler_core.expr import call
-from scheduler_core.reference import evaluate, evaluate_dict, resolve_bindings
+from scheduler_core.dag.reference import evaluate, evaluate_dict, resolve_bindings
+from scheduler_core.ir.expr import call
 from tests import workloads as W
 
 

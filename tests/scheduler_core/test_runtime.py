@@ -18,9 +18,10 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from scheduler_core import testing, tir
-from scheduler_core.errors import BuildError, DeviceRuntimeError, RuntimeArgumentError
-from scheduler_core.expr import IntImm, Var
+from scheduler_core import testing
+from scheduler_core.base.errors import BuildError, DeviceRuntimeError, RuntimeArgumentError
+from scheduler_core.ir import tir
+from scheduler_core.ir.expr import IntImm, Var
 from scheduler_core.runtime import Module, context, cpu, cuda, device, load_module, nd
 from scheduler_core.runtime.export import find_c_compiler
 

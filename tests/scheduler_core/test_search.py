@@ -15,8 +15,9 @@ import pytest
 
 import scheduler_core as sc
 from cost_model import RandomModel
-from scheduler_core.measure import MeasureErrorNo as E
-from scheduler_core.search_policy import state_key
+from scheduler_core.measure.data import MeasureErrorNo as E
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.search.search_policy import state_key
 from sketch_rules import SketchPolicyParams
 from tests.workloads import matmul_add
 
@@ -87,7 +88,8 @@ class _HashRunner:
     def run(self, inputs, build_results, verbose=0):
         import hashlib
         import time as _t
-        from scheduler_core.measure import MeasureResult
+
+        from scheduler_core.measure.data import MeasureResult
         out = []
         for inp in inputs:
             h = int(hashlib.sha256(state_key(inp.state).encode()).hexdigest()[:8], 16)
@@ -133,7 +135,7 @@ class _FaultyBuilder:
 
 def _fault_libs(tmp_path, n):
     task = _task(n)
-    meta = sc.build(task.compute_dag.get_init_state(), list(task.compute_dag.tensors), "llvm",
+    meta = sc.build(State.from_dag(task.compute_dag), list(task.compute_dag.tensors), "llvm",
                     name="default_function").signature.to_meta_json()
     libs = {}
     for kind, body in _FAULTS.items():

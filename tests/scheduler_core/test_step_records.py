@@ -18,14 +18,30 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import te
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.dataflow_step import (CacheReadStep, CacheWriteStep, ComputeInlineStep,
-                                          RfactorStep, replay_steps, step_from_record)
-from scheduler_core.errors import ScheduleError
-from scheduler_core.lower import lower_state
-from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, ComputeRootStep,
-                                           FollowFusedSplitStep, FollowSplitStep, FuseStep,
-                                           PragmaStep, ReorderStep, SplitStep, StorageAlignStep)
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.lowering.lower import lower_state
+from scheduler_core.schedule.dataflow_step import (
+    CacheReadStep,
+    CacheWriteStep,
+    ComputeInlineStep,
+    RfactorStep,
+    replay_steps,
+    step_from_record,
+)
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.transform_step import (
+    AnnotationStep,
+    ComputeAtStep,
+    ComputeRootStep,
+    FollowFusedSplitStep,
+    FollowSplitStep,
+    FuseStep,
+    PragmaStep,
+    ReorderStep,
+    SplitStep,
+    StorageAlignStep,
+)
 from tests import workloads as W
 from tests.scheduler_core.random_schedule import random_schedule
 from tests.scheduler_core.test_random_schedules import DAGS, EXTRA_DAGS, get_dag
@@ -57,7 +73,7 @@ def check_round_trip(dag: ComputeDAG, state) -> None:
 @given(seed=st.integers(0, 2 ** 32 - 1), n_steps=st.integers(1, 15))
 def test_random_schedule_records_round_trip(name, seed, n_steps):
     dag = get_dag(name)
-    state = random_schedule(dag.get_init_state(), np.random.default_rng(seed), n_steps)
+    state = random_schedule(State.from_dag(dag), np.random.default_rng(seed), n_steps)
     check_round_trip(dag, state)
 
 
@@ -68,7 +84,7 @@ def test_random_schedule_records_round_trip(name, seed, n_steps):
 @given(seed=st.integers(0, 2 ** 32 - 1), n_steps=st.integers(1, 30))
 def test_random_schedule_records_round_trip_slow(name, seed, n_steps):
     dag = get_dag(name)
-    state = random_schedule(dag.get_init_state(), np.random.default_rng(seed), n_steps)
+    state = random_schedule(State.from_dag(dag), np.random.default_rng(seed), n_steps)
     check_round_trip(dag, state)
 
 
@@ -86,7 +102,7 @@ def test_follow_split_and_storage_align_round_trip():
         FollowFusedSplitStep(4, 2, (2,), 0, True),  # relu j by level 0 of #2
         ComputeAtStep(2, 4, 1),
     ]
-    state = dag.get_init_state()
+    state = State.from_dag(dag)
     for s in steps:
         state = s.apply(state)
     check_round_trip(dag, state)
@@ -130,7 +146,7 @@ def test_malformed_records_raise_schedule_error(rec):
 
 def test_replay_on_a_rebuilt_dag_gives_the_same_program():
     """Records replayed on a DAG built again (the resume path) lower to the same program."""
-    state = random_schedule(get_dag("conv2d_nchw").get_init_state(), np.random.default_rng(3), 12)
+    state = random_schedule(State.from_dag(get_dag("conv2d_nchw")), np.random.default_rng(3), 12)
     records = json.loads(json.dumps([s.to_record() for s in state.transform_steps]))
     fresh = ComputeDAG(DAGS["conv2d_nchw"]())
     again = replay_steps(fresh, records)
@@ -144,6 +160,6 @@ def test_symbolic_extent_split_round_trips():
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
     dag = ComputeDAG([A, B])
-    state = SplitStep(1, 0, None, (8,), True).apply(dag.get_init_state())
+    state = SplitStep(1, 0, None, (8,), True).apply(State.from_dag(dag))
     assert state.transform_steps[0].to_record() == ["SP", 1, 0, None, [8], 1]
     check_round_trip(dag, state)

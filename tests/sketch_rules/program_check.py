@@ -31,7 +31,7 @@ _DAG_CACHE: dict = {}
 
 
 def get_dag(name: str):
-    from scheduler_core.compute_dag import ComputeDAG
+    from scheduler_core.dag.compute_dag import ComputeDAG
     if name not in _DAG_CACHE:
         _DAG_CACHE[name] = ComputeDAG(DAGS[name]())
     return _DAG_CACHE[name]
@@ -44,8 +44,8 @@ def check_program(name: str, records: str, seed: int) -> str | None:
     import numpy as np
 
     import scheduler_core as sc
-    from scheduler_core import reference
-    from scheduler_core.dataflow_step import replay_steps
+    from scheduler_core.dag import reference
+    from scheduler_core.schedule.dataflow_step import replay_steps
 
     dag = get_dag(name)
     rng = np.random.default_rng(seed)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scheduler_core.compute_dag import ComputeDAG
+from scheduler_core.dag.compute_dag import ComputeDAG
 from sketch_rules.params import SketchPolicyParams
 
 

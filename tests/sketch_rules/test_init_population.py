@@ -6,12 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler_core.dataflow_step import ComputeInlineStep
-from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, FuseStep, PragmaStep,
-                                           SplitStep)
-from sketch_rules import (InitChangeComputeLocation, InitFillTileSize, InitParallel, InitUnroll,
-                          InitVectorization, apply_init_rules, generate_sketches,
-                          sample_init_population)
+from scheduler_core.schedule.dataflow_step import ComputeInlineStep
+from scheduler_core.schedule.transform_step import AnnotationStep, ComputeAtStep, FuseStep, PragmaStep, SplitStep
+from sketch_rules import (
+    InitChangeComputeLocation,
+    InitFillTileSize,
+    InitParallel,
+    InitUnroll,
+    InitVectorization,
+    apply_init_rules,
+    generate_sketches,
+    sample_init_population,
+)
 from sketch_rules.compute_location import get_compute_location_candidates
 from sketch_rules.init_population import lowers
 from sketch_rules.split_factors import factorization_schemes, factors_of

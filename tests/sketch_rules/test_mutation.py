@@ -6,11 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler_core.transform_step import (AnnotationStep, ComputeAtStep, FuseStep, PragmaStep,
-                                           SplitStep)
-from sketch_rules import (DEFAULT_MUTATION_RULES, MutateAutoUnroll, MutateComputeLocation,
-                          MutateParallel, MutateTileSize, apply_mutation, generate_sketches,
-                          sample_init_population)
+from scheduler_core.schedule.transform_step import AnnotationStep, ComputeAtStep, FuseStep, PragmaStep, SplitStep
+from sketch_rules import (
+    DEFAULT_MUTATION_RULES,
+    MutateAutoUnroll,
+    MutateComputeLocation,
+    MutateParallel,
+    MutateTileSize,
+    apply_mutation,
+    generate_sketches,
+    sample_init_population,
+)
 from sketch_rules.init_population import lowers
 from tests import workloads as W
 from tests.sketch_rules.stub_policy import make_policy

@@ -23,7 +23,7 @@ import json
 import numpy as np
 import pytest
 
-from scheduler_core.lower import lower_state
+from scheduler_core.lowering.lower import lower_state
 from sketch_rules import apply_init_rules, apply_mutation, generate_sketches
 from sketch_rules.state_queries import has_nested_parallel
 from tests.sketch_rules.program_check import DAGS, RUNNER, get_dag

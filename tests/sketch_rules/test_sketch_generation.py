@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_core.errors import ScheduleError
-from scheduler_core.transform_step import SplitStep
-from sketch_rules import (ConditionKind, CustomSketchRule, SketchRule, default_sketch_rules,
-                          generate_sketches, register_sketch_rule, unregister_sketch_rule)
+from scheduler_core.base.errors import ScheduleError
+from scheduler_core.schedule.transform_step import SplitStep
+from sketch_rules import (
+    ConditionKind,
+    CustomSketchRule,
+    SketchRule,
+    default_sketch_rules,
+    generate_sketches,
+    register_sketch_rule,
+    unregister_sketch_rule,
+)
 from sketch_rules.state_queries import is_tiled
 from sketch_rules.step_history import has_cache_write_stage, has_rfactor_stage
 from tests import workloads as W

@@ -17,8 +17,8 @@ import pytest
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.measure_record import decode_record
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.measure.record import decode_record
 from tests.workloads import matmul_add
 from workers.queues import enqueue_tune, tune_queue
 from workers.store import RedisStore

@@ -12,11 +12,13 @@ import threading
 
 import pytest
 
-from scheduler_core.compute_dag import ComputeDAG
-from scheduler_core.errors import InvalidWorkloadError
-from scheduler_core.measure import MeasureErrorNo, MeasureInput, MeasureResult
-from scheduler_core.measure_record import RecordTask, encode_record
-from scheduler_core.schedule import Schedule
+from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.measure.data import MeasureErrorNo, MeasureInput, MeasureResult
+from scheduler_core.measure.record import encode_record
+from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.schedule_api import Schedule
 from tests.workloads import matmul_add
 from workers import keys
 from workers.store import JobCancelled, RedisRecordSink, RedisStore
@@ -30,10 +32,10 @@ def _dag(n: int = 32) -> ComputeDAG:
 
 def _input(dag: ComputeDAG, factor: int, target: str = "llvm") -> MeasureInput:
     out = dag.tensors[-1]
-    s = Schedule.from_state(dag.get_init_state())
+    s = Schedule.from_state(State.from_dag(dag))
     i, _ = s[out].op.axis
     s[out].split(i, factor=factor)
-    return MeasureInput(RecordTask(dag, dag.workload_key, target), s.state)
+    return MeasureInput(Task.create(dag, target), s.state)
 
 
 def _result(cost_s: float, error_no: int = 0) -> MeasureResult:

@@ -1,0 +1,5 @@
+"""Floor 0: what every other floor may import.
+
+    errors   the library's exception hierarchy (SchedulerCoreError and its kinds)
+    target   Target (a parsed "llvm -mcpu=..." / "cuda" string) and HardwareParams
+"""

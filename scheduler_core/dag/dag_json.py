@@ -1,0 +1,402 @@
+"""The JSON wire format of a ComputeDAG (format ``autosched.compute_dag``, version 1).
+
+    ComputeDAG --dag_to_json--> dict --canonical_dumps--> text --sha256--> workload_key
+    text | dict --tensors_from_json (validates; iterative, never evaluates)--> tensors --> ComputeDAG
+
+The service receives DAGs in this form (DESIGN.md, "Service"), records name them
+by the hash of its canonical text, and ``dag_from_json(dag_to_json(d))`` rebuilds
+``d`` exactly.  The schema and every validation error are documented in
+``docs/dag_json_schema.md``.  It plays the role of TVM's ``SaveJSON`` of a
+ComputeDAG, restricted to what a tensor-expression workload needs.
+
+Reading guide: ``_Encoder`` (DAG -> dict) first, then ``_Decoder`` (dict -> DAG):
+top level, ops, then references.  Expressions (an explicit stack, so a hostile
+100000-deep payload fails with InvalidWorkloadError instead of RecursionError)
+are encoded and decoded by the base classes in :mod:`.dag_json_expr`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.ir.expr import Expr, IntImm, IterVar, Var, is_int
+from scheduler_core.ir.expr_functor import free_vars
+from scheduler_core.ir.simplify import const_value
+
+from .dag_json_expr import (
+    _ExprDecoder,
+    _ExprEncoder,
+    _fail,
+    _is_int,
+)
+from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, dag_ops
+
+FORMAT = "autosched.compute_dag"
+VERSION = 1
+TENSOR_ATTR = "layout_free_placeholders"  # the one attr whose value is a list of tensors
+_OP_FIELDS = {
+    "placeholder": ("name", "shape", "dtype"),
+    "compute": ("name", "shape", "axis", "body", "attrs", "tag"),
+    "scan": ("name", "scan_axis", "init", "update", "state_placeholder", "inputs"),
+}
+
+
+def canonical_dumps(obj: dict) -> str:
+    """The canonical text of a payload: sorted keys, no whitespace, ASCII, no NaN.
+    Raises InvalidWorkloadError when the payload nests too deeply for ``json``."""
+    try:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+    except RecursionError:
+        _fail("expressions nest too deeply to serialize", "")
+
+
+def dag_to_json(dag: Any) -> dict:
+    """The JSON object (plain dicts/lists) of ``dag`` (a ComputeDAG: its ``ops`` and
+    ``tensors``): ``{"format", "version", "vars",
+    "ops", "tensors"}``.  Ops are ``dag.ops`` in order, then any argument op that no
+    output reads.  Raises InvalidWorkloadError for what the format cannot hold:
+    lowered-only nodes, non-JSON attrs, references outside the DAG."""
+    return _Encoder(dag).payload()
+
+
+def tensors_from_json(obj: dict | str | bytes, *, max_elements: int = 2**31,
+                      max_total_elements: int = 2**33, max_depth: int = 256,
+                      max_nodes: int = 100_000) -> list:
+    """Validate ``obj`` (a payload dict or its JSON text); the ComputeDAG's argument tensors.
+
+    ``ComputeDAG.from_json`` wraps them into the DAG.
+
+    max_elements: most elements of one tensor with a constant shape.
+    max_total_elements: most elements over all tensors with constant shapes.
+    max_depth: deepest expression nesting (a leaf has depth 1).
+    max_nodes: most expression nodes, variables, ops and attr values in all.
+    Raises InvalidWorkloadError(message, path=...) with ``path`` naming the
+    offending node, e.g. ``ops[3].body.b.indices[1]``.
+    """
+    if isinstance(obj, (str, bytes, bytearray)):
+        obj = _parse_text(obj)
+    return _Decoder(max_elements, max_total_elements, max_depth, max_nodes).dag(obj)
+
+
+def _reject_constant(name: str):
+    _fail(f"{name} is not valid JSON; write non-finite floats as \"inf\", \"-inf\", \"nan\"", "")
+
+
+def _parse_text(text) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except InvalidWorkloadError:
+        raise
+    except RecursionError:
+        _fail("JSON nesting is too deep", "")
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        _fail(f"malformed JSON: {e}", "")
+
+
+# ---------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------
+
+class _Encoder(_ExprEncoder):
+    def __init__(self, dag: Any):
+        ops = list(dag.ops)
+        known = {id(op) for op in ops}
+        for t in dag.tensors:  # argument placeholders that no output reads
+            if id(t.op) not in known:
+                known.add(id(t.op))
+                ops.append(t.op)
+        self.dag, self.ops = dag, ops
+        self.op_index = {id(op): k for k, op in enumerate(ops)}
+        self.var_ids: dict[int, int] = {}
+        self.vars: list = []
+
+    def payload(self) -> dict:
+        ops = [self.op(op, k) for k, op in enumerate(self.ops)]
+        tensors = [self.ref(t, len(self.ops), f"tensors[{k}]") for k, t in enumerate(self.dag.tensors)]
+        return {"format": FORMAT, "version": VERSION, "vars": self.vars, "ops": ops,
+                "tensors": tensors}
+
+    def var(self, v: Var) -> int:
+        if id(v) not in self.var_ids:
+            self.var_ids[id(v)] = len(self.vars)
+            self.vars.append({"name": v.name, "dtype": v.dtype})
+        return self.var_ids[id(v)]
+
+    def ref(self, t: Any, before: int, where: str) -> list:
+        k = self.op_index.get(id(getattr(t, "op", None)))
+        if not isinstance(t, Tensor) or k is None or k >= before:
+            _fail(f"{t!r} is not a tensor of an earlier op of the DAG", where)
+        return [k, t.value_index]
+
+    def op(self, op: Any, k: int) -> dict:
+        where = f"ops[{k}]"
+        if isinstance(op, PlaceholderOp):
+            return {"kind": "placeholder", "name": op.name, "dtype": op.dtype,
+                    "shape": [self.expr(s, k) for s in op.shape]}
+        if isinstance(op, ComputeOp):
+            for iv in op.axis:
+                if iv.kind != "spatial" or const_value(iv.dom_min) != 0:
+                    _fail(f"axis {iv.var.name} is not a spatial axis starting at 0", where)
+            shape = [self.expr(iv.dom_extent, k) for iv in op.axis]
+            return {"kind": "compute", "name": op.name, "shape": shape,
+                    "axis": [self.var(iv.var) for iv in op.axis], "body": self.expr(op.body, k),
+                    "attrs": self.attrs(op.attrs, k), "tag": op.tag}
+        if isinstance(op, ScanOp):
+            refs = {f: [self.ref(t, k, f"{where}.{f}[{j}]") for j, t in enumerate(getattr(op, f))]
+                    for f in ("init", "update", "state_placeholder", "inputs")}
+            return {"kind": "scan", "name": op.name, "scan_axis": self.iter_var(op.scan_axis, k),
+                    **refs}
+        _fail(f"unknown op type {type(op).__name__}", where)
+
+    def iter_var(self, iv: IterVar, k: int) -> dict:
+        return {"var": self.var(iv.var), "min": self.expr(iv.dom_min, k),
+                "extent": self.expr(iv.dom_extent, k)}
+
+    def attrs(self, attrs: dict, k: int) -> dict:
+        out = {}
+        for key, val in attrs.items():
+            where = f"ops[{k}].attrs.{key}"
+            if not isinstance(key, str):
+                _fail(f"attr key {key!r} is not a string", f"ops[{k}].attrs")
+            if key == TENSOR_ATTR:
+                out[key] = [self.ref(t, k, f"{where}[{j}]") for j, t in enumerate(val)]
+            else:
+                out[key] = _plain_json(val, where)
+        return out
+
+
+def _plain_json(val: Any, where: str, depth: int = 0) -> Any:
+    if depth > 64:
+        _fail("attr value nested too deeply", where)
+    if val is None or isinstance(val, (str, bool, int)):
+        return val
+    if isinstance(val, float) and math.isfinite(val):
+        return val
+    if isinstance(val, (list, tuple)):
+        return [_plain_json(v, f"{where}[{j}]", depth + 1) for j, v in enumerate(val)]
+    _fail(f"attr value {val!r} is not a JSON scalar or list", where)
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------
+
+class _Decoder(_ExprDecoder):
+    def __init__(self, max_elements: int, max_total_elements: int, max_depth: int, max_nodes: int):
+        self.max_elements, self.max_total = max_elements, max_total_elements
+        self.max_depth, self.max_nodes = max_depth, max_nodes
+        self.nodes = 0
+        self.total_elements = 0
+        self.vars: list = []
+        self.ops: list = []
+        self.n_ops = 0
+        self.bound_by: dict[int, int] = {}  # var id -> first op that binds it as an axis
+        self.free_used: dict[int, str] = {}  # var id -> first path using it as a free variable
+        self.refs: list = []  # (var id, path, in_shape) of the op being decoded
+        self.bound: dict = {}  # var id -> path, the axes of the compute being decoded
+
+    # -- top level ---------------------------------------------------------
+    def dag(self, obj: Any) -> list:
+        self.fields(obj, "", ("format", "version", "vars", "ops", "tensors"), "a ComputeDAG payload")
+        if obj["format"] != FORMAT:
+            _fail(f"format is {obj['format']!r}, expected {FORMAT!r}", "format")
+        version = self.typed(obj, "version", "", int)
+        if version > VERSION:
+            _fail(f"format version {version} is newer than this reader's ({VERSION})", "version")
+        if version != VERSION:
+            _fail(f"unknown format version {version}", "version")
+        for k, v in enumerate(self.array(obj, "vars", "")):
+            path = f"vars[{k}]"
+            self.count(path)
+            self.fields(v, path, ("name", "dtype"), "a variable")
+            self.vars.append(Var(self.typed(v, "name", path, str), self.dtype(v, path)))
+        ops = self.array(obj, "ops", "")
+        self.n_ops = len(ops)
+        for k, o in enumerate(ops):
+            self.count(f"ops[{k}]")
+            self.ops.append(self.op(o, k))
+        refs = self.array(obj, "tensors", "")
+        if not refs:
+            _fail("a ComputeDAG needs at least one tensor", "tensors")
+        tensors = [self.tensor_ref(r, f"tensors[{j}]", self.n_ops) for j, r in enumerate(refs)]
+        try:
+            ops = dag_ops(tensors)
+        except InvalidWorkloadError as e:
+            _fail(str(e), "tensors")
+        used = {id(op) for op in ops} | {id(t.op) for t in tensors}
+        for k, op in enumerate(self.ops):
+            if id(op) not in used:
+                _fail(f"op {op.name} is neither read by the DAG's outputs nor an argument", f"ops[{k}]")
+        return tensors
+
+    # -- ops ----------------------------------------------------------------
+    def op(self, o: Any, k: int) -> Any:
+        path = f"ops[{k}]"
+        if not isinstance(o, dict):
+            _fail(f"an op must be a JSON object, not {type(o).__name__}", path)
+        kind = o.get("kind")
+        if not isinstance(kind, str) or kind not in _OP_FIELDS:
+            _fail(f"unknown op kind {kind!r} (expected one of {', '.join(_OP_FIELDS)})", f"{path}.kind")
+        self.fields(o, path, ("kind",) + _OP_FIELDS[kind], f"a {kind} op")
+        name = self.typed(o, "name", path, str)
+        self.refs = []
+        if kind == "placeholder":
+            op = PlaceholderOp(name, self.shape(o, path, k), self.dtype(o, path))
+            bound: dict = {}
+        elif kind == "compute":
+            op, bound = self.compute(o, path, k, name)
+        else:
+            op, bound = self.scan(o, path, k, name)
+        self.close_scope(bound)
+        for j in range(op.num_outputs):
+            where = f"{path}.update[{j}]" if kind == "scan" else f"{path}.shape"
+            self.check_elements(op.output_shape(j), where)
+        return op
+
+    def shape(self, o: dict, path: str, k: int) -> tuple:
+        out = []
+        for j, s in enumerate(self.array(o, "shape", path)):
+            out.append(self.extent(s, f"{path}.shape[{j}]", k))
+        return tuple(out)
+
+    def extent(self, obj: Any, path: str, k: int, what: str = "an extent") -> Expr:
+        e = self.expr(obj, path, k, in_shape=True)
+        if not is_int(e.dtype):
+            _fail(f"{what} must be an integer expression, not {e.dtype}", path)
+        value = const_value(e)
+        if value is None and not free_vars(e):
+            _fail(f"{what} has no variables but does not evaluate (division by zero?)", path)
+        if value is not None and value < 0:
+            _fail(f"{what} is negative ({value})", path)
+        return e
+
+    def check_elements(self, shape: tuple, path: str) -> None:
+        values = [const_value(s) for s in shape]
+        if any(v is None for v in values):
+            return  # symbolic: bounded when bound
+        n = math.prod(values)
+        if n > self.max_elements:
+            _fail(f"{n} elements exceed max_elements={self.max_elements}", path)
+        self.total_elements += n
+        if self.total_elements > self.max_total:
+            _fail(f"tensors hold {self.total_elements} elements in all, over "
+                  f"max_total_elements={self.max_total}", path)
+
+    def bind(self, bound: dict, obj: Any, path: str) -> Var:
+        v = self.var_ref(obj, path)
+        if not is_int(v.dtype):
+            _fail(f"axis variable {v.name} has dtype {v.dtype}; axes must be integers", path)
+        if obj in bound:
+            _fail(f"variable {v.name} (vars[{obj}]) is bound twice in this op", path)
+        bound[obj] = path
+        return v
+
+    def compute(self, o: dict, path: str, k: int, name: str) -> tuple:
+        shape = self.shape(o, path, k)
+        ids = self.array(o, "axis", path)
+        if len(ids) != len(shape):
+            _fail(f"compute has {len(ids)} axes but its shape has {len(shape)} dimensions", f"{path}.axis")
+        bound: dict = {}
+        axis = tuple(IterVar(self.bind(bound, vid, f"{path}.axis[{j}]"), IntImm(0, "int32"), ext, "spatial")
+                     for j, (vid, ext) in enumerate(zip(ids, shape)))
+        self.bound = bound
+        body = self.expr(o["body"], f"{path}.body", k, allow_reduce=True)
+        attrs = self.attrs(o, path, k)
+        return ComputeOp(name, axis, body, attrs, self.typed(o, "tag", path, str)), bound
+
+    def attrs(self, o: dict, path: str, k: int) -> dict:
+        attrs = self.typed(o, "attrs", path, dict)
+        out = {}
+        for key, val in attrs.items():
+            where = f"{path}.attrs.{key}"
+            if not isinstance(key, str):
+                _fail(f"attr key {key!r} is not a string", f"{path}.attrs")
+            if key == TENSOR_ATTR:
+                if not isinstance(val, list):
+                    _fail("must be a list of tensor references", where)
+                out[key] = [self.tensor_ref(r, f"{where}[{j}]", k) for j, r in enumerate(val)]
+            else:
+                out[key] = self.plain(val, where)
+        return out
+
+    def plain(self, val: Any, path: str) -> Any:
+        """Check an attr value (JSON scalars and lists) iteratively; returns it."""
+        stack = [(val, path, 1)]
+        while stack:
+            v, p, d = stack.pop()
+            self.count(p)
+            if d > self.max_depth:
+                _fail(f"attr value nested deeper than max_depth={self.max_depth}", p)
+            if isinstance(v, list):
+                stack.extend((x, f"{p}[{j}]", d + 1) for j, x in enumerate(v))
+            elif isinstance(v, float) and not math.isfinite(v):
+                _fail("attr values must be finite", p)
+            elif not (v is None or isinstance(v, (str, bool, int, float))):
+                _fail(f"attr values must be JSON scalars or lists, not {type(v).__name__}", p)
+        return val
+
+    def scan(self, o: dict, path: str, k: int, name: str) -> tuple:
+        ax = self.fields(o["scan_axis"], f"{path}.scan_axis", ("var", "min", "extent"), "a scan axis")
+        lo = self.extent(ax["min"], f"{path}.scan_axis.min", k)
+        extent = self.extent(ax["extent"], f"{path}.scan_axis.extent", k)
+        bound: dict = {}
+        axis = IterVar(self.bind(bound, ax["var"], f"{path}.scan_axis.var"), lo, extent, "scan")
+        groups = {f: tuple(self.tensor_ref(r, f"{path}.{f}[{j}]", k)
+                           for j, r in enumerate(self.array(o, f, path)))
+                  for f in ("init", "update", "state_placeholder", "inputs")}
+        n = len(groups["update"])
+        if n == 0 or len(groups["init"]) != n or len(groups["state_placeholder"]) != n:
+            _fail("init, update and state_placeholder must be non-empty and of equal length", path)
+        for j, (i, u, s) in enumerate(zip(groups["init"], groups["update"], groups["state_placeholder"])):
+            if not isinstance(s.op, PlaceholderOp):
+                _fail(f"state {s.name} is not a placeholder", f"{path}.state_placeholder[{j}]")
+            if not (len(i.shape) == len(u.shape) == len(s.shape)):
+                _fail("init, update and state differ in rank", f"{path}.update[{j}]")
+        return ScanOp(name, axis, groups["init"], groups["update"], groups["state_placeholder"],
+                      groups["inputs"]), bound
+
+    # -- references ---------------------------------------------------------
+    def var_ref(self, vid: Any, path: str) -> Var:
+        if not _is_int(vid):
+            _fail(f"a variable id must be an integer, not {type(vid).__name__}", path)
+        if not 0 <= vid < len(self.vars):
+            _fail(f"dangling variable id {vid} ({len(self.vars)} variables)", path)
+        return self.vars[vid]
+
+    def tensor_ref(self, ref: Any, path: str, before: int) -> Tensor:
+        """``[op_index, value_index]`` of an op decoded before op ``before``."""
+        if not (isinstance(ref, list) and len(ref) == 2 and all(_is_int(x) for x in ref)):
+            _fail("a tensor reference must be [op_index, value_index]", path)
+        k, v = ref
+        if not 0 <= k < self.n_ops:
+            _fail(f"dangling op index {k} ({self.n_ops} ops)", path)
+        if k >= before:
+            _fail(f"op {k} is not before this one; ops must be in topological order (no cycles)", path)
+        op = self.ops[k]
+        if not 0 <= v < op.num_outputs:
+            _fail(f"value index {v} is out of range: op {op.name} has {op.num_outputs} output(s)", path)
+        return op.output(v)
+
+    def close_scope(self, bound: dict) -> None:
+        """Check the variables the op just decoded uses: its own axes, or free
+        variables (symbolic shapes) that no op binds."""
+        for vid, path, in_shape in self.refs:
+            name = self.vars[vid].name
+            if vid in bound and in_shape:
+                _fail(f"extent uses this op's own axis variable {name}", path)
+            if vid in bound:
+                continue
+            if vid in self.bound_by:
+                _fail(f"variable {name} (vars[{vid}]) is an axis of ops[{self.bound_by[vid]}], "
+                      "not of this op", path)
+            self.free_used.setdefault(vid, path)
+        for vid, path in bound.items():
+            if vid in self.free_used:
+                _fail(f"variable {self.vars[vid].name} (vars[{vid}]) is used as a free variable at "
+                      f"{self.free_used[vid]} and bound as an axis here", path)
+            self.bound_by.setdefault(vid, len(self.ops))
+        self.refs = []

@@ -1,0 +1,204 @@
+"""Generic traversal and rewriting of expression trees (TVM's ExprFunctor/ExprMutator).
+
+    children(e) / walk(e)          read: direct sub-expressions, pre-order iteration
+    rebuild / transform / substitute   write: copy-on-change rewrites (nodes are immutable)
+    free_vars, depth, structural_equal, iter_exprs, reduce_identity   queries
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+from typing import Iterator as PyIterator
+
+import numpy as np
+
+from scheduler_core.base.errors import InvalidWorkloadError
+
+from .expr import (
+    BinaryOp,
+    Broadcast,
+    BufferLoad,
+    Call,
+    Cast,
+    CmpOp,
+    Expr,
+    FloatImm,
+    IntImm,
+    IterVar,
+    LogicalOp,
+    Not,
+    Ramp,
+    Reduce,
+    Select,
+    TensorLoad,
+    Var,
+    as_expr,
+    const,
+    is_float,
+)
+
+# ---------------------------------------------------------------------------
+# Generic traversal
+# ---------------------------------------------------------------------------
+
+def children(e: Expr) -> tuple:
+    """The direct sub-expressions of ``e`` (reduce axes are not expressions)."""
+    if isinstance(e, (BinaryOp, CmpOp, LogicalOp)):
+        return (e.a, e.b)
+    if isinstance(e, Not):
+        return (e.a,)
+    if isinstance(e, Select):
+        return (e.cond, e.true_value, e.false_value)
+    if isinstance(e, Cast):
+        return (e.value,)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, TensorLoad):
+        return e.indices
+    if isinstance(e, Reduce):
+        return (e.source,) if e.condition is None else (e.source, e.condition)
+    if isinstance(e, Ramp):
+        return (e.base, e.stride)
+    if isinstance(e, Broadcast):
+        return (e.value,)
+    if isinstance(e, BufferLoad):
+        return (e.index,)
+    return ()
+
+
+def walk(e: Expr) -> PyIterator[Expr]:
+    """Pre-order iteration over every node of ``e`` (iterative, no recursion limit)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def rebuild(e: Expr, new_children: tuple) -> Expr:
+    """``e`` with its children replaced (same order as :func:`children`)."""
+    if isinstance(e, BinaryOp):
+        return BinaryOp(e.op, new_children[0], new_children[1], e.dtype)
+    if isinstance(e, CmpOp):
+        return CmpOp(e.op, new_children[0], new_children[1])
+    if isinstance(e, LogicalOp):
+        return LogicalOp(e.op, new_children[0], new_children[1])
+    if isinstance(e, Not):
+        return Not(new_children[0])
+    if isinstance(e, Select):
+        return Select(*new_children, e.dtype)
+    if isinstance(e, Cast):
+        return Cast(new_children[0], e.dtype)
+    if isinstance(e, Call):
+        return Call(e.name, tuple(new_children), e.dtype)
+    if isinstance(e, TensorLoad):
+        return TensorLoad(e.tensor, tuple(new_children), e.dtype)
+    if isinstance(e, Reduce):
+        cond = new_children[1] if len(new_children) > 1 else None
+        return Reduce(e.combiner, new_children[0], e.axis, cond, e.dtype)
+    if isinstance(e, Ramp):
+        return Ramp(new_children[0], new_children[1], e.lanes, e.dtype)
+    if isinstance(e, Broadcast):
+        return Broadcast(new_children[0], e.lanes, e.dtype)
+    if isinstance(e, BufferLoad):
+        return BufferLoad(e.buffer, new_children[0], e.dtype, e.lanes)
+    return e
+
+
+def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Bottom-up rewrite: ``fn(node)`` returns a replacement or ``None`` to keep it.
+
+    ``fn`` sees each node *before* its children are rewritten; when it returns
+    ``None`` the children are rewritten and the node rebuilt if any changed.
+    """
+    memo: dict[int, Expr] = {}
+
+    def go(node: Expr) -> Expr:
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        out = fn(node)
+        if out is None:
+            kids = children(node)
+            if kids:
+                new = tuple(go(k) for k in kids)
+                out = node if all(a is b for a, b in zip(new, kids)) else rebuild(node, new)
+            else:
+                out = node
+        memo[key] = out
+        return out
+
+    return go(e)
+
+
+def substitute(e: Expr, mapping: dict) -> Expr:
+    """Replace variables: ``mapping`` maps ``Var`` -> ``Expr`` (by identity)."""
+    if not mapping:
+        return e
+    return transform(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+
+
+def free_vars(e: Expr) -> list:
+    """Variables used in ``e`` in first-use order (reduce axis vars included)."""
+    seen: dict[int, Var] = {}
+    for n in walk(e):
+        if isinstance(n, Var) and id(n) not in seen:
+            seen[id(n)] = n
+    return list(seen.values())
+
+
+def depth(e: Expr) -> int:
+    """The nesting depth of ``e`` (a leaf has depth 1), computed iteratively."""
+    best = 0
+    stack = [(e, 1)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in children(node))
+    return best
+
+
+def structural_equal(a: Any, b: Any) -> bool:
+    """Structural equality of expressions (variables compare by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (IntImm, FloatImm)):
+        return a.value == b.value and a.dtype == b.dtype
+    if isinstance(a, Var):
+        return False
+    if isinstance(a, Expr):
+        for fa in a.__dataclass_fields__:
+            va, vb = getattr(a, fa), getattr(b, fa)
+            if isinstance(va, tuple):
+                if len(va) != len(vb) or not all(structural_equal(x, y) for x, y in zip(va, vb)):
+                    return False
+            elif isinstance(va, (Expr, IterVar)):
+                if not structural_equal(va, vb):
+                    return False
+            elif va is not vb and va != vb:
+                return False
+        return True
+    if isinstance(a, IterVar):
+        return a.var is b.var
+    return a == b
+
+
+def iter_exprs(items: Iterable[Any]) -> tuple:
+    return tuple(as_expr(x) for x in items)
+
+
+def reduce_identity(combiner: str, dtype: str) -> Expr:
+    """The initial value of a ``combiner`` reduction: 0, 1, lowest or highest of ``dtype``."""
+    if combiner == "sum":
+        return const(0, dtype)
+    if combiner == "prod":
+        return const(1, dtype)
+    info = np.finfo(dtype) if is_float(dtype) else np.iinfo(dtype)
+    # TVM's identities are the lowest/highest finite values (te.min_value / max_value).
+    if combiner == "max":
+        return const(float(info.min) if is_float(dtype) else int(info.min), dtype)
+    if combiner == "min":
+        return const(float(info.max) if is_float(dtype) else int(info.max), dtype)
+    raise InvalidWorkloadError(f"unknown reducer {combiner!r}")

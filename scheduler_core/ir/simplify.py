@@ -1,0 +1,193 @@
+"""Simplification of expressions: constant folding and algebraic identities.
+
+``simplify`` folds constants and drops identities (``x*1``, ``x+0``,
+``floordiv(x, 1)``...), enough for readable lowered programs; bound-aware
+rewrites (``floordiv(j0*16 + j1, 16) -> j0``) are in ``bound.simplify_divmod``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from .expr import (
+    BinaryOp,
+    Cast,
+    CmpOp,
+    Expr,
+    FloatImm,
+    IntImm,
+    IterVar,
+    LogicalOp,
+    Not,
+    Select,
+    as_expr,
+    const,
+    is_float,
+)
+from .expr_functor import children, rebuild
+
+# ---------------------------------------------------------------------------
+# Simplification (constant folding and identities; enough for readable IR)
+# ---------------------------------------------------------------------------
+
+_MAX_FOLD_BITS = 128  # integer results wider than this stay unfolded (hostile nested pow)
+
+
+def _fold(op: str, x, y):
+    if op == "add": return x + y
+    if op == "sub": return x - y
+    if op == "mul": return x * y
+    if op == "div": return x / y if y != 0 else None
+    if op == "floordiv": return x // y if y != 0 else None
+    if op == "floormod": return x % y if y != 0 else None
+    if op == "min": return min(x, y)
+    if op == "max": return max(x, y)
+    if op == "pow":
+        if isinstance(x, int) and isinstance(y, int) and abs(x) > 1 and y * x.bit_length() > _MAX_FOLD_BITS:
+            return None
+        try:
+            v = x ** y
+        except (OverflowError, ZeroDivisionError):
+            return None
+        return None if isinstance(v, complex) else v
+    return None
+
+
+def _cmp_fold(op: str, x, y) -> bool:
+    return {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[op]
+
+
+def is_const(e: Any, value: Any = None) -> bool:
+    if not isinstance(e, (IntImm, FloatImm)):
+        return False
+    return value is None or e.value == value
+
+
+def _simplify_node(n: Expr) -> Expr:
+    if isinstance(n, BinaryOp):
+        a, b, op = n.a, n.b, n.op
+        if isinstance(a, (IntImm, FloatImm)) and isinstance(b, (IntImm, FloatImm)):
+            v = _fold(op, a.value, b.value)
+            if v is not None and (is_float(n.dtype) or (isinstance(v, int) and v.bit_length() <= _MAX_FOLD_BITS)):
+                return const(v, n.dtype)
+        if op == "add":
+            if is_const(a, 0): return b
+            if is_const(b, 0): return a
+            # (x + c1) + c2 -> x + (c1 + c2)
+            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "add" and isinstance(a.b, IntImm):
+                return _simplify_node(BinaryOp("add", a.a, IntImm(a.b.value + b.value, n.dtype), n.dtype))
+        elif op == "sub":
+            if is_const(b, 0): return a
+            if a is b and not is_float(n.dtype): return IntImm(0, n.dtype)
+            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "add" and isinstance(a.b, IntImm):
+                return _simplify_node(BinaryOp("add", a.a, IntImm(a.b.value - b.value, n.dtype), n.dtype))
+        elif op == "mul":
+            if is_const(a, 1): return b
+            if is_const(b, 1): return a
+            if not is_float(n.dtype) and (is_const(a, 0) or is_const(b, 0)):
+                return IntImm(0, n.dtype)
+            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "mul" and isinstance(a.b, IntImm):
+                return BinaryOp("mul", a.a, IntImm(a.b.value * b.value, n.dtype), n.dtype)
+        elif op in ("floordiv", "div"):
+            if is_const(b, 1): return a
+            if op == "floordiv" and is_const(a, 0): return a
+        elif op == "floormod":
+            if is_const(b, 1): return IntImm(0, n.dtype)
+            if is_const(a, 0): return a
+        elif op in ("min", "max") and a is b:
+            return a
+        return n
+    if isinstance(n, CmpOp):
+        if isinstance(n.a, (IntImm, FloatImm)) and isinstance(n.b, (IntImm, FloatImm)):
+            return IntImm(int(_cmp_fold(n.op, n.a.value, n.b.value)), "bool")
+        return n
+    if isinstance(n, LogicalOp):
+        a, b = n.a, n.b
+        if n.op == "and":
+            if is_const(a, 1): return b
+            if is_const(b, 1): return a
+            if is_const(a, 0) or is_const(b, 0): return IntImm(0, "bool")
+        else:
+            if is_const(a, 0): return b
+            if is_const(b, 0): return a
+            if is_const(a, 1) or is_const(b, 1): return IntImm(1, "bool")
+        return n
+    if isinstance(n, Not) and isinstance(n.a, IntImm):
+        return IntImm(int(not n.a.value), "bool")
+    if isinstance(n, Select) and isinstance(n.cond, IntImm):
+        return n.true_value if n.cond.value else n.false_value
+    if isinstance(n, Cast) and isinstance(n.value, (IntImm, FloatImm)):
+        v = n.value.value
+        if is_float(n.dtype):
+            return FloatImm(float(v), n.dtype)
+        if n.dtype == "bool":
+            return IntImm(int(bool(v)), "bool")
+        if isinstance(v, float) and not math.isfinite(v):
+            return n  # inf/nan have no integer value
+        return IntImm(int(math.trunc(v)), n.dtype)
+    return n
+
+
+def simplify(e: Expr) -> Expr:
+    """Fold constants and drop identities (``x*1``, ``x+0``, ``floordiv(x, 1)``...)."""
+    def fn(node: Expr):
+        kids = children(node)
+        if not kids:
+            return node
+        new = tuple(simplify_cached(k) for k in kids)
+        rebuilt = node if all(a is b for a, b in zip(new, kids)) else rebuild(node, new)
+        return _simplify_node(rebuilt)
+
+    memo: dict[int, Expr] = {}
+
+    def simplify_cached(node: Expr) -> Expr:
+        key = id(node)
+        if key not in memo:
+            memo[key] = fn(node)
+        return memo[key]
+
+    return simplify_cached(e)
+
+
+def const_value(e: Any) -> int | float | None:
+    """The Python value of ``e`` if it simplifies to a constant, else ``None``."""
+    if isinstance(e, (int, float)):
+        return e
+    if isinstance(e, IterVar):
+        return None
+    s = simplify(as_expr(e))
+    if isinstance(s, (IntImm, FloatImm)):
+        return s.value
+    return None
+
+
+
+
+def ceildiv(a: Any, b: Any) -> Expr:
+    """``ceil(a / b)`` for non-negative ints, folded at once when both are constants."""
+    if isinstance(a, IntImm) and isinstance(b, (IntImm, int)):
+        bv = b.value if isinstance(b, IntImm) else b
+        return IntImm((a.value + bv - 1) // bv, a.dtype)
+    if isinstance(a, int) and isinstance(b, int):
+        return IntImm((a + b - 1) // b)
+    eb = as_expr(b)
+    return simplify((as_expr(a) + (eb - 1)) // eb)
+
+
+def product(xs: Iterable[Any]) -> Expr:
+    """The product of ints/Exprs, folding the constant part without building nodes."""
+    c, rest = 1, []
+    for x in xs:
+        if isinstance(x, int):
+            c *= x
+        elif isinstance(x, IntImm):
+            c *= x.value
+        else:
+            rest.append(as_expr(x))
+    if not rest:
+        return IntImm(c)
+    out = rest[0]
+    for r in rest[1:]:
+        out = out * r
+    return simplify(out * c) if c != 1 else simplify(out)

@@ -1,0 +1,150 @@
+"""LocalBuilder: compile MeasureInputs into shared libraries in worker processes.
+
+    MeasureInput --input_payload--> (dag JSON, target, step records)
+        --worker: Task, driver.program_from_steps(...).build(), export_library--> <tmp>/<n>.so
+        --> BuildResult(filename, args = dag.tensors, error_no, error_msg, time_cost)
+
+TVM's ``auto_scheduler.LocalBuilder`` (Ansor section 6): builds run in parallel in
+separate processes so that a compiler crash or a build that never ends costs one
+result (COMPILE_HOST / BUILD_TIMEOUT), never the search.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import traceback
+import weakref
+from collections import OrderedDict
+
+from scheduler_core.base.errors import BuildError, InvalidWorkloadError, LoweringError, ScheduleError
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.driver.program import program_from_steps
+
+from .data import BuildResult, MeasureErrorNo, MeasureInput, input_payload
+from .popen_pool import PopenPool
+
+_WORKER_FUNC = "scheduler_core.measure.local_builder:build_in_worker"
+_DAG_CACHE_SIZE = 8
+
+
+class LocalBuilder:
+    """Builds MeasureInputs in ``n_parallel`` worker processes.
+
+    Parameters
+    ----------
+    timeout_s : float, seconds one build may take; a longer one is killed and
+        gives BUILD_TIMEOUT (the worker is replaced, the other builds go on)
+    n_parallel : int or None, builds at once (default: the number of CPUs)
+
+    The libraries go to a temporary directory owned by this builder; it is removed
+    by :meth:`close` (or when the builder is garbage collected), so run the
+    results before that.  Workers start on the first :meth:`build` and are reused.
+    """
+
+    def __init__(self, timeout_s: float = 15, n_parallel: int | None = None):
+        self.timeout_s = float(timeout_s)
+        self.n_parallel = int(n_parallel or os.cpu_count() or 1)
+        self.build_dir = tempfile.mkdtemp(prefix="autosched_build_")
+        self._pool = PopenPool(self.n_parallel, preload=("scheduler_core.measure.local_builder",))
+        self._count = 0
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.build_dir, True)
+
+    def build(self, inputs: list[MeasureInput], verbose: int = 0) -> list[BuildResult]:
+        """Build each input into ``<build_dir>/<n>.so``; one BuildResult per input, in order.
+
+        Failures are results, not exceptions: INSTANTIATION_ERROR (the steps do not
+        replay or lower), COMPILE_HOST (codegen/link failed, or the worker died),
+        COMPILE_DEVICE (a device target failed), BUILD_TIMEOUT.
+        verbose: 1 prints one character per input (``.`` built, ``E`` error).
+        """
+        inputs = list(inputs)
+        jobs = []
+        for inp in inputs:
+            self._count += 1
+            filename = os.path.join(self.build_dir, f"{self._count:07d}.so")
+            _, dag_json, target, records = input_payload(inp)
+            jobs.append((dag_json, target, records, filename))
+        outcomes = self._pool.map(_WORKER_FUNC, jobs, self.timeout_s)
+        results = []
+        for inp, outcome in zip(inputs, outcomes):
+            args = tuple(inp.task.compute_dag.tensors)
+            results.append(_to_build_result(outcome, args, self.timeout_s))
+            if verbose >= 1:
+                print("." if results[-1].error_no == MeasureErrorNo.NO_ERROR else "E", end="", flush=True)
+        if verbose >= 1 and results:
+            print(flush=True)
+        return results
+
+    def close(self) -> None:
+        """End the workers and remove the build directory with its libraries."""
+        self._pool.close()
+        self._finalizer()
+
+    def __enter__(self) -> "LocalBuilder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _to_build_result(outcome, args: tuple, timeout_s: float) -> BuildResult:
+    if outcome.status == "ok":
+        filename, error_no, error_msg, time_cost = outcome.value
+        return BuildResult(filename, args, int(error_no), error_msg, float(time_cost))
+    if outcome.status == "timeout":
+        return BuildResult("", args, MeasureErrorNo.BUILD_TIMEOUT,
+                           f"build exceeded timeout_s={timeout_s:g}: {outcome.value}", outcome.wall_s)
+    return BuildResult("", args, MeasureErrorNo.COMPILE_HOST, f"builder {outcome.status}: {outcome.value}",
+                       outcome.wall_s)
+
+
+# ---------------------------------------------------------------------------
+# in the worker process
+# ---------------------------------------------------------------------------
+
+_tasks: OrderedDict = OrderedDict()  # (dag JSON, target) -> Task, the last few built here
+
+
+def _task(dag_json: str, target: str) -> Task:
+    key = (dag_json, target)
+    if key in _tasks:
+        _tasks.move_to_end(key)
+        return _tasks[key]
+    task = _tasks[key] = Task.create(ComputeDAG.from_json(dag_json), target)
+    while len(_tasks) > _DAG_CACHE_SIZE:
+        _tasks.popitem(last=False)
+    return task
+
+
+def build_in_worker(dag_json: str, target: str, records: list, filename: str) -> tuple:
+    """Make the program of ``records`` on the DAG for ``target`` and export it to ``filename``.
+
+    Runs in a builder worker, through ``driver.program`` (the same path as the final
+    artifact: layout rewrite, lowering, passes, codegen).  Returns ``(filename or "",
+    error_no, error_msg, seconds)``; never raises for a bad schedule.
+    """
+    start = time.perf_counter()
+    kind = target.split()[0] if target.split() else "llvm"
+    try:
+        program_from_steps(_task(dag_json, target), records).build().export_library(filename)
+        return filename, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - start
+    except (ScheduleError, LoweringError, InvalidWorkloadError) as err:
+        code, message = MeasureErrorNo.INSTANTIATION_ERROR, _describe(err)
+    except BuildError as err:
+        code = MeasureErrorNo.COMPILE_HOST if kind == "llvm" else MeasureErrorNo.COMPILE_DEVICE
+        message = _describe(err)
+    except Exception as err:  # noqa: BLE001 - any other failure of codegen is a compile error
+        code, message = MeasureErrorNo.COMPILE_HOST, _describe(err)
+    return "", int(code), message, time.perf_counter() - start
+
+
+def _describe(err: BaseException) -> str:
+    """``Type: message``; errors not raised on purpose by this library get a traceback tail."""
+    text = f"{type(err).__name__}: {err}"
+    if not type(err).__module__.startswith("scheduler_core"):
+        text += "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__)[-4:])
+    return text

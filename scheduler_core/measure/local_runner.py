@@ -1,0 +1,312 @@
+"""LocalRunner: time built programs in a worker process, optionally checking their answers.
+
+    BuildResult(filename, args) --worker: load_module, inputs, [check], time_evaluator-->
+        MeasureResult(costs_s per repeat, error_no, error_msg, all_cost_s, timestamp)
+
+TVM's ``auto_scheduler.LocalRunner`` (Ansor section 6).  Runs are serial (one
+worker) so that measurements do not disturb each other.  A program that
+segfaults, aborts or is killed for memory gives RUNTIME_DEVICE; one that runs past
+``timeout_s`` is killed and gives RUN_TIMEOUT; either way the worker is replaced
+and the next input is measured.
+
+Inputs are random arrays drawn from a fixed seed (floats uniform in [0, 1),
+integers in [1, 8), bools fair), so every schedule of a workload sees the same
+data.  With ``check_correctness`` the expected outputs come from the numpy
+reference evaluator, computed once per workload in *this* process (it runs no
+generated code) and handed to the worker as an ``.npz`` file; the outputs of the
+program's first call (output buffers pre-filled with NaN, so unwritten elements
+show) must match within rtol 1e-3, atol 1e-4 (float32/float64; float16: 1e-2,
+1e-3; other dtypes exactly), otherwise WRONG_ANSWER.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+
+from scheduler_core.base.errors import SchedulerCoreError
+from scheduler_core.dag.reference import evaluate
+from scheduler_core.dag.tensor import PlaceholderOp
+from scheduler_core.ir.simplify import const_value
+from scheduler_core.runtime import load_module
+from scheduler_core.runtime.timer import check_timing_args
+
+from .data import (
+    BuildResult,
+    MeasureErrorNo,
+    MeasureInput,
+    MeasureResult,
+    failed_result,
+)
+from .popen_pool import PopenPool
+
+_WORKER_FUNC = "scheduler_core.measure.local_runner:run_in_worker"
+MAX_RUNS_PER_WORKER = 200   # a runner worker is replaced after this many runs (loaded .so files pile up)
+INPUT_SEED = 0              # seed of the random input arrays
+TOLERANCES = {"float16": (1e-2, 1e-3), "float32": (1e-3, 1e-4), "float64": (1e-3, 1e-4)}  # dtype -> (rtol, atol)
+
+
+class LocalRunner:
+    """Runs built programs one after another in a worker process.
+
+    Parameters
+    ----------
+    timeout_s : float, seconds one run may take (loading, the correctness check
+        and all timed calls); a longer one is killed and gives RUN_TIMEOUT
+    number : int, calls per measurement (grows until a measurement lasts min_repeat_ms)
+    repeat : int, measurements; ``costs`` has one entry (mean seconds per call) per repeat
+    min_repeat_ms : float, milliseconds a measurement must at least last
+    enable_cpu_cache_flush : bool, flush the CPU caches before each measurement
+    check_correctness : bool, compare the outputs with the reference evaluator first
+
+    The meaning of number/repeat/min_repeat_ms is ``Module.time_evaluator``'s (TVM's).
+    """
+
+    def __init__(self, timeout_s: float = 10, number: int = 3, repeat: int = 1, min_repeat_ms: float = 100,
+                 enable_cpu_cache_flush: bool = False, check_correctness: bool = False):
+        check_timing_args(number, repeat, min_repeat_ms)
+        self.timeout_s = float(timeout_s)
+        self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), float(min_repeat_ms)
+        self.enable_cpu_cache_flush = bool(enable_cpu_cache_flush)
+        self.check_correctness = bool(check_correctness)
+        self._pool = PopenPool(1, preload=("scheduler_core.measure.local_runner",), max_tasks_per_worker=MAX_RUNS_PER_WORKER)
+        self._data_dir = tempfile.mkdtemp(prefix="autosched_run_")
+        self._reference_files: dict = {}  # (workload_key, arg specs) -> (.npz path, error message)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self._data_dir, True)
+
+    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult], verbose: int = 0) -> list[MeasureResult]:
+        """Measure each built program; one MeasureResult per input, in order.
+
+        A failed build passes through with its error_no and ``costs == (FAILED_COST_S,)``.
+        verbose: 1 prints ``*`` per measurement and ``E`` after a failed one.
+        """
+        return self._run(inputs, build_results, self.check_correctness, self.number, self.repeat,
+                         self.min_repeat_ms, verbose)
+
+    def close(self) -> None:
+        """End the worker and remove the reference data files."""
+        self._pool.close()
+        self._finalizer()
+
+    def __enter__(self) -> "LocalRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------
+    def _run(self, inputs, build_results, check: bool, number: int, repeat: int, min_repeat_ms: float,
+             verbose: int = 0) -> list[MeasureResult]:
+        inputs, build_results = list(inputs), list(build_results)
+        if len(inputs) != len(build_results):
+            raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
+        results: list = [None] * len(inputs)
+        jobs, job_index = [], []
+        for k, (inp, br) in enumerate(zip(inputs, build_results)):
+            job = self._job(inp, br, check, number, repeat, min_repeat_ms)
+            if isinstance(job, MeasureResult):
+                results[k] = job
+            else:
+                jobs.append(job)
+                job_index.append(k)
+        outcomes = self._pool.map(_WORKER_FUNC, jobs, self.timeout_s) if jobs else []
+        for k, outcome in zip(job_index, outcomes):
+            results[k] = _to_measure_result(outcome, build_results[k].time_cost, self.timeout_s)
+        if verbose >= 1:
+            print("".join("*" if r.error_no == 0 else "*E" for r in results), flush=True)
+        return results
+
+    def _job(self, inp: MeasureInput, br: BuildResult, check: bool, number, repeat, min_repeat_ms):
+        """The worker's arguments for one input, or the MeasureResult when no run is needed."""
+        if br.error_no != MeasureErrorNo.NO_ERROR:
+            return failed_result(br.error_no, br.error_msg, br.time_cost, time.time())
+        try:
+            specs = arg_specs(br.args)
+        except ValueError as err:
+            return failed_result(MeasureErrorNo.INSTANTIATION_ERROR, str(err), br.time_cost, time.time())
+        data_file = None
+        if check:
+            data_file, problem = self._reference_file(inp, specs)
+            if problem:
+                return failed_result(MeasureErrorNo.UNKNOWN_ERROR, problem, br.time_cost, time.time())
+        return (br.filename, specs, data_file, number, repeat, min_repeat_ms, self.enable_cpu_cache_flush)
+
+    def _reference_file(self, inp: MeasureInput, specs: list) -> tuple:
+        """``(path of the .npz with inputs and expected outputs, "")`` for this workload, made
+        once; ``(None, message)`` when the reference evaluator fails on it."""
+        key = (str(inp.task.workload_key), repr(specs))
+        if key not in self._reference_files:
+            arrays = random_inputs(specs)
+            try:
+                expected = evaluate(inp.task.compute_dag, arrays)
+            except (SchedulerCoreError, ValueError, ArithmeticError, MemoryError) as err:
+                self._reference_files[key] = (None, f"reference evaluator failed: {type(err).__name__}: {err}")
+            else:
+                path = os.path.join(self._data_dir, f"ref{len(self._reference_files)}.npz")
+                named = {f"in{k}": a for k, a in enumerate(arrays)}
+                named.update({f"out{k}": np.ascontiguousarray(a) for k, a in enumerate(expected)})
+                np.savez(path, **named)
+                self._reference_files[key] = (path, "")
+        return self._reference_files[key]
+
+
+def check_against_reference(inp: MeasureInput, build_result: BuildResult, timeout_s: float = 60.0,
+                            runner: LocalRunner | None = None) -> MeasureResult:
+    """Run ``build_result``'s program once in a worker and compare it with the reference evaluator.
+
+    Returns a MeasureResult with NO_ERROR (``costs`` from one timed call, in
+    seconds) or WRONG_ANSWER (``error_msg`` names the output and the largest
+    difference); a program that crashes or hangs gives RUNTIME_DEVICE /
+    RUN_TIMEOUT, and a failed build passes through.  ``runner``: reuse that
+    runner's worker (its timeout_s applies) instead of starting a new one.
+    The issue's rule "the best program of a search is always checked".
+    """
+    if runner is not None:
+        return runner._run([inp], [build_result], True, 1, 1, 0.0)[0]
+    with LocalRunner(timeout_s=timeout_s, number=1, repeat=1, min_repeat_ms=0, check_correctness=True) as own:
+        return own._run([inp], [build_result], True, 1, 1, 0.0)[0]
+
+
+def _to_measure_result(outcome, build_cost_s: float, timeout_s: float) -> MeasureResult:
+    all_cost = float(build_cost_s) + outcome.wall_s
+    now = time.time()
+    if outcome.status == "ok":
+        error_no, error_msg, costs = outcome.value
+        if error_no == MeasureErrorNo.NO_ERROR:
+            return MeasureResult(tuple(float(c) for c in costs), 0, "", all_cost, now)
+        return failed_result(error_no, error_msg, all_cost, now)
+    if outcome.status == "timeout":
+        return failed_result(MeasureErrorNo.RUN_TIMEOUT, f"run exceeded timeout_s={timeout_s:g}: {outcome.value}",
+                             all_cost, now)
+    return failed_result(MeasureErrorNo.RUNTIME_DEVICE, f"runner {outcome.status}: {outcome.value}", all_cost, now)
+
+
+# ---------------------------------------------------------------------------
+# argument arrays (used in both processes)
+# ---------------------------------------------------------------------------
+
+def arg_specs(args) -> list:
+    """``[(name, shape, dtype, is_output), ...]`` of the argument tensors, shapes as int lists.
+
+    Raises ValueError for a symbolic shape (such a workload cannot be measured/tuned).
+    """
+    specs = []
+    for t in args:
+        shape = [const_value(d) for d in t.shape]
+        if any(not isinstance(d, int) for d in shape):
+            raise ValueError(f"argument {t.name} has a symbolic shape {tuple(str(d) for d in t.shape)};"
+                             " only concrete shapes can be measured (bind the variables first)")
+        specs.append((t.name, shape, str(t.dtype), not isinstance(t.op, PlaceholderOp)))
+    return specs
+
+
+def random_inputs(specs: list, seed: int = INPUT_SEED) -> list:
+    """Random arrays for the non-output arguments of ``specs``, in order (reproducible from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for _, shape, dtype, is_output in specs:
+        if is_output:
+            continue
+        kind = np.dtype(dtype).kind
+        if kind == "f":
+            a = rng.random(shape, dtype=np.float32 if dtype == "float32" else np.float64).astype(dtype, copy=False)
+        elif kind in "iu":
+            a = rng.integers(1, 8, size=shape).astype(dtype)
+        else:
+            a = rng.random(shape) < 0.5
+        arrays.append(np.ascontiguousarray(a))
+    return arrays
+
+
+def empty_outputs(specs: list) -> list:
+    """Output buffers: NaN for floats (so elements a program never writes show up), zeros otherwise."""
+    return [np.full(shape, np.nan, dtype) if np.dtype(dtype).kind == "f" else np.zeros(shape, dtype)
+            for _, shape, dtype, is_output in specs if is_output]
+
+
+def compare_outputs(specs: list, got: list, expected: list) -> str:
+    """``""`` when every output matches, else a message naming the first mismatching output."""
+    names = [name for name, _, _, is_output in specs if is_output]
+    for name, g, e in zip(names, got, expected):
+        rtol, atol = TOLERANCES.get(str(g.dtype), (0.0, 0.0))
+        if g.shape != e.shape:
+            return f"output {name}: shape {g.shape}, expected {e.shape}"
+        if g.dtype.kind == "f":
+            ok = np.isclose(g, e.astype(g.dtype, copy=False), rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            ok = g == e
+        if not ok.all():
+            bad = np.flatnonzero(~ok)
+            diff = np.abs(g.astype(np.float64) - e.astype(np.float64)).ravel()
+            worst = int(bad[np.argmax(np.nan_to_num(diff[bad], nan=np.inf))])
+            idx = np.unravel_index(worst, g.shape)
+            return (f"output {name}: {bad.size} of {g.size} elements differ from the reference "
+                    f"(rtol={rtol:g}, atol={atol:g}); worst at {tuple(int(i) for i in idx)}: "
+                    f"got {g.ravel()[worst].item()!r}, expected {e.ravel()[worst].item()!r}")
+    return ""
+
+
+# ---------------------------------------------------------------------------
+# in the worker process
+# ---------------------------------------------------------------------------
+
+_data_cache: OrderedDict = OrderedDict()  # .npz path or repr(specs) -> (inputs, expected or None)
+
+
+def _cached_data(specs: list, data_file: str | None) -> tuple:
+    key = data_file or repr(specs)
+    if key in _data_cache:
+        _data_cache.move_to_end(key)
+        return _data_cache[key]
+    if data_file:
+        with np.load(data_file) as f:
+            n_in = sum(1 for s in specs if not s[3])
+            value = ([f[f"in{k}"] for k in range(n_in)], [f[f"out{k}"] for k in range(len(specs) - n_in)])
+    else:
+        value = (random_inputs(specs), None)
+    _data_cache[key] = value
+    while len(_data_cache) > 2:
+        _data_cache.popitem(last=False)
+    return value
+
+
+SLOW_CALL_S = 0.25  # seconds: a first call this slow is the measurement
+
+
+def run_in_worker(filename: str, specs: list, data_file: str | None, number: int, repeat: int,
+                  min_repeat_ms: float, enable_cpu_cache_flush: bool) -> tuple:
+    """Load ``filename``, [check it against ``data_file``], time it.  Runs in the runner worker.
+
+    Returns ``(error_no, error_msg, costs_s)``; a crash kills the process instead.
+    """
+    try:
+        module = load_module(filename)
+        inputs, expected = _cached_data(specs, data_file)
+        outputs = empty_outputs(specs)
+        ins, outs = iter(inputs), iter(outputs)
+        args = [next(outs) if is_output else next(ins) for _, _, _, is_output in specs]
+        if expected is not None:
+            module(*args)
+            message = compare_outputs(specs, outputs, expected)
+            if message:
+                return int(MeasureErrorNo.WRONG_ANSWER), message, ()
+        # A slow candidate's timing is cut short (tinygrad's habit): one call already
+        # shows it is far from the best, and timing it number x repeat more would
+        # dominate the search's wall time.  The first call is also the warm-up.
+        start = time.perf_counter()
+        module(*args)
+        first_s = time.perf_counter() - start
+        if first_s >= SLOW_CALL_S:
+            return int(MeasureErrorNo.NO_ERROR), "", (first_s,)
+        evaluator = module.time_evaluator(module.entry_name, "cpu", number=number, repeat=repeat,
+                                          min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=enable_cpu_cache_flush)
+        profile = evaluator(*args)
+        return int(MeasureErrorNo.NO_ERROR), "", tuple(float(c) for c in profile.results)
+    except (Exception, MemoryError) as err:  # noqa: BLE001 - a failed run is a result
+        return int(MeasureErrorNo.RUNTIME_DEVICE), f"{type(err).__name__}: {err}", ()

@@ -1,0 +1,312 @@
+"""Transform steps that change the dataflow: compute_inline (CI), cache_read
+(CHR), cache_write (CHW) and rfactor (RF), plus record decoding of all steps.
+
+Cache and rfactor steps add a stage and rewrite every op downstream so that
+it reads the new tensors (TVM's ReplaceDataFlow); the stage of an op of the
+original DAG keeps that op as ``origin_op`` so lowering can still bind it to
+the function argument the user passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from scheduler_core.base.errors import ScheduleError, check
+from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
+from scheduler_core.ir.expr import (
+    IntImm,
+    IterVar,
+    Reduce,
+    TensorLoad,
+    Var,
+    as_expr,
+    select,
+)
+from scheduler_core.ir.expr_functor import reduce_identity, substitute, transform
+from scheduler_core.ir.simplify import simplify
+
+from . import transform_step as ts
+from .iter_index import root_values_with_guards
+from .loop_state import ANNOTATIONS, State, make_stage
+
+
+def _key(t: Tensor) -> tuple:
+    return (id(t.op), t.value_index)
+
+
+def _replace_loads(e, mapping: dict):
+    def fn(n):
+        if isinstance(n, TensorLoad) and _key(n.tensor) in mapping:
+            new_idx = tuple(_replace_loads(i, mapping) for i in n.indices)
+            t = mapping[_key(n.tensor)]
+            return TensorLoad(t, new_idx, t.dtype)
+        return None
+    return transform(e, fn)
+
+
+def rebuild_op(op, mapping: dict):
+    """``op`` reading ``mapping[key(t)]`` instead of ``t``; ``op`` itself if unchanged."""
+    if isinstance(op, ComputeOp):
+        if not any(_key(t) in mapping for t in op.input_tensors()):
+            return op
+        attrs = dict(op.attrs)
+        if "layout_free_placeholders" in attrs:
+            attrs["layout_free_placeholders"] = [
+                mapping.get(_key(t), t) for t in attrs["layout_free_placeholders"]]
+        return ComputeOp(op.name, op.axis, _replace_loads(op.body, mapping), attrs, op.tag)
+    if isinstance(op, ScanOp):
+        sub = lambda ts_: tuple(mapping.get(_key(t), t) for t in ts_)  # noqa: E731
+        new = ScanOp(op.name, op.scan_axis, sub(op.init), sub(op.update),
+                     op.state_placeholder, op.inputs)
+        changed = any(a is not b for a, b in zip(new.init + new.update, op.init + op.update))
+        return new if changed else op
+    return op
+
+
+def rewrite_dataflow(state: State, mapping: dict, only: set | None = None) -> State:
+    """Rebuild ops that read tensors in ``mapping`` (only stages in ``only`` for the
+    first replacement), then propagate the new outputs to all later readers."""
+    stages = list(state.stages)
+    first = dict(mapping)
+    downstream: dict = {}
+    for k, st in enumerate(stages):
+        if st.op_type == "placeholder":
+            continue
+        m = dict(downstream)
+        if only is None or k in only:
+            m.update(first)
+        new_op = rebuild_op(st.op, m)
+        if new_op is not st.op:
+            for v in range(st.op.num_outputs):
+                downstream[_key(st.op.output(v))] = new_op.output(v)
+            stages[k] = replace(st, op=new_op)
+    return replace(state, stages=tuple(stages))
+
+
+def _fresh_axes(shape: tuple, prefix: str = "ax") -> tuple:
+    return tuple(IterVar(Var(f"{prefix}{k}"), IntImm(0), as_expr(s), "spatial") for k, s in enumerate(shape))
+
+
+def _is_output(state: State, stage_id: int) -> bool:
+    st = state.stages[stage_id]
+    return any(t.op is st.origin_op for t in state.dag.outputs)
+
+
+@dataclass(frozen=True)
+class ComputeInlineStep:
+    """CI: inline an element-wise stage into its consumers."""
+
+    stage_id: int
+
+    def apply(self, state: State) -> State:
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
+        check(st.op_type == "compute", f"only compute stages can be inlined; {st.name} is a {st.op_type}")
+        check(not isinstance(st.op.body, Reduce), f"cannot inline {st.name}: it is a reduction")
+        check(not _is_output(state, self.stage_id), f"cannot inline {st.name}: it is an output")
+        check(not state.attached_to(self.stage_id),
+              f"cannot inline {st.name}: other stages are computed at its loops")
+        for sc in state.stages:
+            if isinstance(sc.op, ScanOp):
+                check(not any(t.op is st.op for t in sc.op.init + sc.op.update),
+                      f"cannot inline {st.name}: it is a scan's init or update")
+        st = replace(st, compute_at="inlined", attach=None)
+        return ts.check_compute_locations(state.with_stage(self.stage_id, st)).with_step(self)
+
+    def to_record(self) -> list:
+        return ["CI", self.stage_id]
+
+
+@dataclass(frozen=True)
+class CacheReadStep:
+    """CHR: copy stage ``stage_id``'s output into ``<name>.<scope>`` for ``reader_stage_ids``.
+
+    The cache stage is inserted right after ``stage_id``.
+    """
+
+    stage_id: int
+    scope_name: str
+    reader_stage_ids: tuple
+
+    def apply(self, state: State) -> State:
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
+        check(st.op.num_outputs == 1, "cache_read of a multi-output op is not supported")
+        t = st.op.output(0)
+        readers = set(self.reader_stage_ids)
+        check(readers, "cache_read needs at least one reader")
+        for r in readers:
+            check(0 <= r < len(state.stages) and any(
+                _key(x) == _key(t) for x in state.stages[r].op.input_tensors()),
+                f"stage #{r} does not read {st.name}")
+        axes = _fresh_axes(t.shape)
+        cache = ComputeOp(f"{st.name}.{self.scope_name}", axes,
+                          TensorLoad(t, tuple(a.var for a in axes), t.dtype))
+        state = rewrite_dataflow(state, {_key(t): cache.output(0)}, only=readers)
+        pos = self.stage_id + 1
+        state = state.insert_stage(pos, make_stage(cache, origin_op=None))
+        state = replace(state, stages=tuple(
+            replace(s, origin_op=None) if s.op is cache else s for s in state.stages))
+        return ts.check_compute_locations(state).with_step(self)
+
+    def to_record(self) -> list:
+        return ["CHR", self.stage_id, self.scope_name, list(self.reader_stage_ids)]
+
+
+def _replace_with_pair(state: State, stage_id: int, new_op, producer_op) -> State:
+    """Stage ``stage_id`` now computes ``new_op`` (same output, same placement), which
+    reads ``producer_op``; the producer gets a fresh stage inserted before it
+    (cache_write, rfactor).  Readers downstream are rewritten to the new output."""
+    st = state.stages[stage_id]
+    new_stage = replace(make_stage(new_op, origin_op=st.origin_op), compute_at=st.compute_at,
+                        attach=st.attach)
+    state = state.with_stage(stage_id, new_stage)
+    state = rewrite_dataflow(state, {_key(st.op.output(0)): new_op.output(0)})
+    state = state.insert_stage(stage_id, replace(make_stage(producer_op), origin_op=None))
+    return ts.check_compute_locations(state)
+
+
+@dataclass(frozen=True)
+class CacheWriteStep:
+    """CHW: compute ``stage_id`` into ``<name>.<scope>``, then copy it to the real output.
+
+    The new stage holding the computation is inserted before ``stage_id``; the
+    original stage becomes an element-wise copy with fresh, untransformed loops.
+    """
+
+    stage_id: int
+    scope_name: str
+
+    def apply(self, state: State) -> State:
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
+        check(isinstance(st.op, ComputeOp), f"cache_write needs a compute stage; {st.name} is a {st.op_type}")
+        check(st.compute_at != "inlined", f"cannot cache_write the inlined stage {st.name}")
+        check(not st.is_transformed(), f"cache_write on {st.name} must come before its loops are transformed")
+        check(not state.attached_to(self.stage_id), f"cache_write on {st.name}: stages are attached to it")
+        op = st.op
+        local = ComputeOp(f"{op.name}.{self.scope_name}", op.axis, op.body, dict(op.attrs), op.tag)
+        axes = tuple(IterVar(Var(a.var.name), a.dom_min, a.dom_extent, "spatial") for a in op.axis)
+        copy = ComputeOp(op.name, axes, TensorLoad(local.output(0), tuple(a.var for a in axes), local.dtype))
+        return _replace_with_pair(state, self.stage_id, copy, local).with_step(self)
+
+    def to_record(self) -> list:
+        return ["CHW", self.stage_id, self.scope_name]
+
+
+@dataclass(frozen=True)
+class RfactorStep:
+    """RF: factor the reduction over reduce iterator ``iter_id`` into a new stage.
+
+    ``<name>.rf`` keeps iterator ``iter_id`` as a spatial axis inserted at
+    position ``factor_iter_id`` and reduces over the other reduce iterators;
+    the original stage then reduces ``<name>.rf`` over that axis.  Both stages
+    restart from untransformed loops (as in Ansor).
+    """
+
+    stage_id: int
+    iter_id: int
+    factor_iter_id: int
+
+    def apply(self, state: State) -> State:
+        st, it = ts._stage_iter(state, self.stage_id, self.iter_id)
+        op = st.op
+        check(isinstance(op, ComputeOp) and isinstance(op.body, Reduce),
+              f"rfactor needs a reduction stage; {st.name} is not one")
+        check(it.kind == "reduce", f"rfactor needs a reduce iterator; {it.name} is {it.kind}")
+        check(0 <= self.factor_iter_id <= len(op.axis), "factor_iter_id out of range")
+        check(not state.attached_to(self.stage_id), f"rfactor on {st.name}: stages are attached to it")
+        reduce_leaves = [i for i in st.iters if i.kind == "reduce"]
+        for i in reduce_leaves:
+            check(i.extent is not None, "rfactor needs known split lengths")
+        # New variables: the chosen leaf becomes spatial, other reduce leaves stay reduce.
+        leaf_vars = {i.name: Var(i.name.replace(".", "_").replace("@", "_")) for i in reduce_leaves}
+        values, guards = _reduce_values(st, leaf_vars)
+        body = op.body
+        sub = {iv.var: values[iv.var.name] for iv in op.reduce_axis}
+        src = substitute(body.source, sub)
+        cond = None if body.condition is None else substitute(body.condition, sub)
+        for g in guards:
+            cond = g if cond is None else (cond & g)
+        rf_axis = IterVar(leaf_vars[it.name], IntImm(0), as_expr(it.extent), "spatial")
+        red = tuple(IterVar(leaf_vars[i.name], IntImm(0), as_expr(i.extent), "reduce")
+                    for i in reduce_leaves if i.name != it.name)
+        spatial = list(op.axis)
+        spatial.insert(self.factor_iter_id, rf_axis)
+        if red:
+            rf_body = Reduce(body.combiner, src, red, cond, body.dtype)
+        else:
+            rf_body = src if cond is None else select(cond, src, reduce_identity(body.combiner, body.dtype))
+        rf_op = ComputeOp(f"{op.name}.rf", tuple(spatial), rf_body, {}, op.tag)
+        # The original stage now reduces rf over the factored axis.
+        k = IterVar(Var(f"{it.name.replace('.', '_')}_v"), IntImm(0), as_expr(it.extent), "reduce")
+        idx = [a.var for a in op.axis]
+        idx.insert(self.factor_iter_id, k.var)
+        final_body = Reduce(body.combiner, TensorLoad(rf_op.output(0), tuple(idx), rf_op.dtype), (k,),
+                            None, body.dtype)
+        final = ComputeOp(op.name, op.axis, final_body, dict(op.attrs), op.tag)
+        return _replace_with_pair(state, self.stage_id, final, rf_op).with_step(self)
+
+    def to_record(self) -> list:
+        return ["RF", self.stage_id, self.iter_id, self.factor_iter_id]
+
+
+def _reduce_values(stage, leaf_vars: dict):
+    """Values of the stage's root reduce axes in terms of its reduce leaf vars, plus guards."""
+    spatial = {i.name: IntImm(0) for i in stage.iters if i.kind != "reduce"}
+    values, guards = root_values_with_guards(stage, {**spatial, **leaf_vars}, reduce_only=True)
+    return values, guards
+
+
+# ---------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------
+
+def step_from_record(rec: list):
+    """Decode one Ansor-style step record (``["SP", 2, 0, 1024, [4, 8], 1]`` ...).
+
+    Raises ScheduleError on an unknown or malformed record.
+    """
+    try:
+        kind = rec[0]
+        if kind == "SP":
+            return ts.SplitStep(int(rec[1]), int(rec[2]), rec[3], tuple(rec[4]), bool(rec[5]))
+        if kind == "FSP":
+            return ts.FollowSplitStep(int(rec[1]), int(rec[2]), int(rec[3]), int(rec[4]))
+        if kind == "FFSP":
+            return ts.FollowFusedSplitStep(int(rec[1]), int(rec[2]), tuple(rec[3]), int(rec[4]), bool(rec[5]))
+        if kind == "FU":
+            return ts.FuseStep(int(rec[1]), tuple(int(x) for x in rec[2]))
+        if kind == "RE":
+            return ts.ReorderStep(int(rec[1]), tuple(int(x) for x in rec[2]))
+        if kind == "AN":
+            return ts.AnnotationStep(int(rec[1]), int(rec[2]), ANNOTATIONS[int(rec[3])])
+        if kind == "PR":
+            return ts.PragmaStep(int(rec[1]), int(rec[2]), str(rec[3]))
+        if kind == "CA":
+            return ts.ComputeAtStep(int(rec[1]), int(rec[2]), int(rec[3]))
+        if kind == "CR":
+            return ts.ComputeRootStep(int(rec[1]))
+        if kind == "SA":
+            return ts.StorageAlignStep(int(rec[1]), int(rec[2]), int(rec[3]), int(rec[4]))
+        if kind == "CI":
+            return ComputeInlineStep(int(rec[1]))
+        if kind == "CHR":
+            return CacheReadStep(int(rec[1]), str(rec[2]), tuple(int(x) for x in rec[3]))
+        if kind == "CHW":
+            return CacheWriteStep(int(rec[1]), str(rec[2]))
+        if kind == "RF":
+            return RfactorStep(int(rec[1]), int(rec[2]), int(rec[3]))
+    except (IndexError, TypeError, ValueError, KeyError) as err:
+        raise ScheduleError(f"malformed step record {rec!r}: {err}") from None
+    raise ScheduleError(f"unknown step kind in record {rec!r}")
+
+
+def replay_steps(dag, steps) -> State:
+    """Apply ``steps`` (objects or records) to ``dag``'s initial state."""
+    state = State.from_dag(dag)
+    for s in steps:
+        step = step_from_record(list(s)) if isinstance(s, (list, tuple)) else s
+        state = step.apply(state)
+    return state
+
+
+__all__ = ["ComputeInlineStep", "CacheReadStep", "CacheWriteStep", "RfactorStep",
+           "step_from_record", "replay_steps", "rewrite_dataflow", "PlaceholderOp", "simplify"]

@@ -1,0 +1,160 @@
+"""Layout rewrite of layout-free placeholders (Ansor's LayoutRewriteOption).
+
+A compute may mark inputs as ``attrs={"layout_free_placeholders": [B]}`` (seed
+000): their layout is the searcher's to choose, typically because they are
+constant weights.  After a state is fully scheduled, :func:`apply_layout_rewrite`
+adds a transform stage ``<B>.layout`` that stores B in the order of the
+consumer's own tile loops (one dimension per leaf iterator that indexes B,
+outer to inner), and makes the consumer read that buffer instead.  The inner
+loops of the tile then walk the rewritten buffer contiguously.  The rewrite is
+not a transform step: it is re-applied deterministically whenever a tuned
+state is built, so records stay plain step lists (as in Ansor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp
+from scheduler_core.ir.bound import linear_form
+from scheduler_core.ir.expr import IntImm, IterVar, TensorLoad, Var, as_expr
+from scheduler_core.ir.expr_functor import transform, walk
+from scheduler_core.ir.simplify import const_value
+
+from .dataflow_step import rewrite_dataflow
+from .iter_index import leaf_extents, root_values_with_guards
+from .loop_state import State, make_stage
+from .transform_step import AnnotationStep
+
+
+def _layout_free(op) -> list:
+    return list(getattr(op, "attrs", {}).get("layout_free_placeholders", []) or [])
+
+
+def _leaf_strides(stage) -> dict | None:
+    """Root name -> [(leaf name, stride, extent)] when every root is a mixed-radix of its leaves."""
+    root_ext = {iv.var.name: as_expr(iv.dom_extent) for iv in stage.root}
+    ext = leaf_extents(stage, root_ext)
+    leaf_vars = {it.name: Var(it.name) for it in stage.iters}
+    vals, guards = root_values_with_guards(stage, leaf_vars, root_ext)
+    if guards:
+        return None  # a non-divisible split: the rewritten layout would need padding
+    by_var = {id(v): name for name, v in leaf_vars.items()}
+    out = {}
+    for iv in stage.root:
+        terms, c0 = linear_form(vals[iv.var.name])
+        if c0 != 0:
+            return None
+        parts = []
+        for atom, coef in terms.values():
+            if not isinstance(atom, Var) or id(atom) not in by_var:
+                return None  # fused loops: leave the layout alone
+            name = by_var[id(atom)]
+            e = const_value(ext[name])
+            if not isinstance(e, int):
+                return None
+            parts.append((name, coef, e))
+        out[iv.var.name] = parts
+    return out
+
+
+def _rewrite_one(state: State, k: int, tensor) -> State:
+    st = state.stages[k]
+    op = st.op
+    loads = [n for n in _walk_loads(op.body) if n.tensor == tensor]
+    root_vars = {id(iv.var): iv for iv in st.root}
+    if not loads:
+        return state
+    pattern = [tuple(id(i) if isinstance(i, Var) else None for i in ld.indices) for ld in loads]
+    if any(p != pattern[0] or None in p for p in pattern) or any(i not in root_vars for i in pattern[0]):
+        return state  # only plain axis indexing, the same at every read
+    strides = _leaf_strides(st)
+    if strides is None:
+        return state
+    index_roots = [root_vars[i] for i in pattern[0]]
+    used = {iv.var.name for iv in index_roots}
+    leaf_info = {name: (root, coef, e) for root, parts in strides.items() if root in used
+                 for name, coef, e in parts}
+    dims = [it.name for it in st.iters if it.name in leaf_info]
+    if not dims:
+        return state
+    shape = tuple(IntImm(leaf_info[d][2]) for d in dims)
+    axes = tuple(IterVar(Var(f"ax{n}"), IntImm(0), s, "spatial") for n, s in enumerate(shape))
+    # The transform stage: layout[ax...] = B[root values composed from the leaves].
+    root_expr = {}
+    for d, ax in zip(dims, axes):
+        root, coef, _ = leaf_info[d]
+        term = ax.var * coef if coef != 1 else ax.var
+        root_expr[root] = term if root not in root_expr else root_expr[root] + term
+    src_idx = tuple(root_expr.get(iv.var.name, IntImm(0)) for iv in index_roots)
+    layout = ComputeOp(f"{tensor.name}.layout", axes, TensorLoad(tensor, src_idx, tensor.dtype))
+    # The consumer reads layout[leaf values], each a floordiv/floormod of its root axis.
+    def leaf_index(d):
+        root, coef, e = leaf_info[d]
+        v = next(iv.var for iv in index_roots if iv.var.name == root)
+        total = sum(1 for x in leaf_info.values() if x[0] == root)
+        outer = coef * e >= _root_extent(st, root)
+        x = v // coef if coef != 1 else v
+        return x if (outer or total == 1) else x % e
+    new_idx = tuple(leaf_index(d) for d in dims)
+
+    def fn(n):
+        if isinstance(n, TensorLoad) and n.tensor == tensor:
+            return TensorLoad(layout.output(0), new_idx, n.dtype)
+        return None
+    new_body = transform(op.body, fn)
+    attrs = {a: v for a, v in op.attrs.items() if a != "layout_free_placeholders"}
+    consumer = ComputeOp(op.name, op.axis, new_body, attrs, op.tag)
+    state = state.with_stage(k, replace(st, op=consumer))
+    state = rewrite_dataflow(state, {(id(op), 0): consumer.output(0)})
+    pos = state.stage_index(tensor.op) + 1
+    lay = make_stage(layout, origin_op=None)
+    lay = replace(lay, origin_op=None)
+    return _parallelize_layout(state.insert_stage(pos, lay), pos)
+
+
+def _root_extent(stage, root: str) -> int:
+    for iv in stage.root:
+        if iv.var.name == root:
+            return const_value(iv.dom_extent)
+    raise KeyError(root)
+
+
+def _parallelize_layout(state: State, k: int) -> State:
+    """Parallel outer loop, vectorized inner loop for the transform stage (as the seed's IR).
+
+    These annotations belong to the rewrite, not to the searched schedule, so they
+    are not kept in ``transform_steps``.
+    """
+    steps = state.transform_steps
+    st = state.stages[k]
+    if len(st.iters) >= 2:
+        state = AnnotationStep(k, 0, "parallel").apply(state)
+    inner = st.iters[-1]
+    if isinstance(inner.const_extent, int) and 1 < inner.const_extent <= 64:
+        state = AnnotationStep(k, len(st.iters) - 1, "vectorize").apply(state)
+    return replace(state, transform_steps=steps)
+
+
+def _walk_loads(e):
+    return [n for n in walk(e) if isinstance(n, TensorLoad)]
+
+
+def apply_layout_rewrite(state: State) -> State:
+    """``state`` with every layout-free placeholder read through a tile-ordered copy.
+
+    A no-op for DAGs without ``layout_free_placeholders`` or when the consumer's
+    loops do not allow it (non-divisible splits, fused axes, non-plain indexing).
+    """
+    for k in range(len(state.stages)):
+        st = state.stages[k]
+        if not isinstance(st.op, ComputeOp):
+            continue
+        for t in _layout_free(st.op):
+            if isinstance(t.op, PlaceholderOp) and st.compute_at != "inlined":
+                state = _rewrite_one(state, state.stage_index(st.op), t)
+    return state
+
+
+def has_layout_free_placeholders(dag) -> bool:
+    return any(_layout_free(op) for op in dag.ops)

@@ -1,0 +1,443 @@
+"""Transform steps that reshape loops: split, follow-split, fuse, reorder,
+annotate, pragma, compute location and storage alignment.
+
+Each step is a frozen dataclass with ``apply(state) -> State`` (raising
+ScheduleError with a reason when illegal) and a compact record form
+(``to_record()`` / ``step_from_record``) using Ansor's record names:
+SP, FSP, FFSP, FU, RE, AN, PR, CA, CI, CR, CHR, CHW, RF, SA.  Iterators are
+referred to by position in the stage, as in Ansor's records.  Steps that
+change the dataflow (CI, CHR, CHW, RF) live in ``dataflow_step``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass, replace
+
+from scheduler_core.base.errors import ScheduleError, check
+from scheduler_core.ir.expr import IntImm, as_expr
+from scheduler_core.ir.simplify import simplify
+
+from .iter_index import split_child_extents
+from .loop_state import (
+    ANNOTATIONS,
+    FuseRel,
+    Iterator,
+    SplitRel,
+    State,
+    scan_body_stages,
+)
+
+
+def _prod(xs):
+    return functools.reduce(operator.mul, xs, 1)
+
+
+def _stage_iter(state: State, stage_id: int, iter_id: int):
+    check(0 <= stage_id < len(state.stages), f"stage index {stage_id} out of range")
+    st = state.stages[stage_id]
+    check(st.op_type != "placeholder", f"stage {st.name} is a placeholder and has no loops")
+    check(st.compute_at != "inlined", f"stage {st.name} is inlined and has no loops")
+    check(0 <= iter_id < len(st.iters), f"stage {st.name} has no iterator #{iter_id}")
+    return st, st.iters[iter_id]
+
+
+def split_iterator(state: State, stage_id: int, iter_id: int, lengths: tuple,
+                   inner_to_outer: bool) -> State:
+    """Split iterator ``iter_id`` into ``len(lengths) + 1`` iterators (Ansor's DoSplitCommon)."""
+    st, it = _stage_iter(state, stage_id, iter_id)
+    check(len(lengths) >= 1, "split needs at least one length")
+    for ln in lengths:
+        check(ln is None or (isinstance(ln, int) and ln >= 1),
+              f"split lengths must be positive integers, got {lengths}")
+    names = tuple(f"{it.name}.{k}" for k in range(len(lengths) + 1))
+    rel = SplitRel(it.name, names, tuple(lengths), inner_to_outer)
+    if it.extent is not None and all(ln is not None for ln in lengths):
+        # The trip counts lowering uses (tightened to the parent's extent).
+        extents = tuple(split_child_extents(rel, it.extent))
+    elif inner_to_outer:
+        extents = (None,) + tuple(None if ln is None else IntImm(ln) for ln in lengths)
+    else:
+        extents = tuple(None if ln is None else IntImm(ln) for ln in lengths) + (None,)
+    taken = {i.name for i in st.iters}
+    check(not (set(names) & taken), f"split of {it.name} would reuse iterator names")
+    new_iters = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
+    iters = st.iters[:iter_id] + new_iters + st.iters[iter_id + 1:]
+    st = replace(st, iters=iters, relations=st.relations + (rel,))
+    # Pragmas on the split iterator move to the outermost piece.
+    prag = st.pragma_dict()
+    if it.name in prag:
+        prag[names[0]] = prag.pop(it.name)
+        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+    state = state.with_stage(stage_id, st)
+    return state.retarget_attach(stage_id, (it.name,), names[-1])
+
+
+@dataclass(frozen=True)
+class SplitStep:
+    """SP: split iterator ``iter_id`` of ``stage_id``.
+
+    lengths: inner_to_outer=True -> trip counts of the inner pieces, outermost
+    first (``split(x, factor=f)`` is ``lengths=(f,)``); False -> trip counts of
+    the outer pieces (``split(x, nparts=p)``).  extent: the iterator's extent
+    when the step was made (kept for records, as Ansor does).
+    """
+
+    stage_id: int
+    iter_id: int
+    extent: int | None
+    lengths: tuple
+    inner_to_outer: bool = True
+
+    def apply(self, state: State) -> State:
+        return split_iterator(state, self.stage_id, self.iter_id, tuple(self.lengths),
+                              self.inner_to_outer).with_step(self)
+
+    def to_record(self) -> list:
+        return ["SP", self.stage_id, self.iter_id, self.extent, list(self.lengths),
+                int(self.inner_to_outer)]
+
+
+def _src_split(state: State, src_step_id: int) -> SplitStep:
+    check(0 <= src_step_id < len(state.transform_steps), f"no step #{src_step_id} to follow")
+    src = state.transform_steps[src_step_id]
+    check(isinstance(src, SplitStep), f"step #{src_step_id} is not a split")
+    return src
+
+
+@dataclass(frozen=True)
+class FollowSplitStep:
+    """FSP: split like an earlier SplitStep ``src_step_id`` into ``n_split`` pieces.
+
+    The first ``n_split - 1`` lengths are copied; the last is the product of the
+    rest (Ansor's FollowSplitStep::ExtractSplitLengths).
+    """
+
+    stage_id: int
+    iter_id: int
+    src_step_id: int
+    n_split: int
+
+    def lengths(self, state: State) -> tuple:
+        src = _src_split(state, self.src_step_id)
+        check(1 <= self.n_split <= len(src.lengths) + 1, "n_split does not fit the followed split")
+        out = list(src.lengths[: self.n_split - 1])
+        tail = src.lengths[self.n_split - 1:]
+        out.append(None if any(t is None for t in tail) else _prod(tail))
+        return tuple(out)
+
+    def apply(self, state: State) -> State:
+        return split_iterator(state, self.stage_id, self.iter_id, self.lengths(state),
+                              True).with_step(self)
+
+    def to_record(self) -> list:
+        return ["FSP", self.stage_id, self.iter_id, self.src_step_id, self.n_split]
+
+
+@dataclass(frozen=True)
+class FollowFusedSplitStep:
+    """FFSP: split by the product of level ``level`` of several earlier splits.
+
+    factor_or_nparts: True -> the product is the inner factor, else nparts.
+    """
+
+    stage_id: int
+    iter_id: int
+    src_step_ids: tuple
+    level: int
+    factor_or_nparts: bool
+
+    def length(self, state: State) -> int | None:
+        out = 1
+        for sid in self.src_step_ids:
+            src = _src_split(state, sid)
+            check(0 <= self.level < len(src.lengths), "level out of range of the followed split")
+            if src.lengths[self.level] is None:
+                return None
+            out *= src.lengths[self.level]
+        return out
+
+    def apply(self, state: State) -> State:
+        return split_iterator(state, self.stage_id, self.iter_id, (self.length(state),),
+                              self.factor_or_nparts).with_step(self)
+
+    def to_record(self) -> list:
+        return ["FFSP", self.stage_id, self.iter_id, list(self.src_step_ids), self.level,
+                int(self.factor_or_nparts)]
+
+
+@dataclass(frozen=True)
+class FuseStep:
+    """FU: fuse consecutive iterators ``iter_ids`` (outer to inner) into one."""
+
+    stage_id: int
+    iter_ids: tuple
+
+    def apply(self, state: State) -> State:
+        check(len(self.iter_ids) >= 1, "fuse needs at least one iterator")
+        st, _ = _stage_iter(state, self.stage_id, self.iter_ids[0])
+        ids = list(self.iter_ids)
+        check(ids == list(range(ids[0], ids[0] + len(ids))),
+              f"fuse needs consecutive iterators in order, got {ids}")
+        check(ids[-1] < len(st.iters), f"stage {st.name} has no iterator #{ids[-1]}")
+        its = [st.iters[k] for k in ids]
+        kinds = {it.kind for it in its}
+        check(len(kinds) == 1, f"cannot fuse spatial with reduce iterators in {st.name}")
+        if len(its) == 1:
+            return state.with_step(self)
+        name = "@".join(it.name for it in its) + "@"
+        ext = None if any(it.extent is None for it in its) else simplify(
+            functools.reduce(operator.mul, [as_expr(it.extent) for it in its]))
+        ann = {it.annotation for it in its}
+        fused = Iterator(name, ext, its[0].kind, "none" if len(ann) > 1 else its[0].annotation)
+        iters = st.iters[: ids[0]] + (fused,) + st.iters[ids[-1] + 1:]
+        rel = FuseRel(tuple(it.name for it in its), name)
+        st = replace(st, iters=iters, relations=st.relations + (rel,))
+        prag = st.pragma_dict()
+        merged = {}
+        for it in its:
+            merged.update(prag.pop(it.name, {}))
+        if merged:
+            prag[name] = merged
+        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+        state = state.with_stage(self.stage_id, st)
+        return state.retarget_attach(self.stage_id, tuple(it.name for it in its), name).with_step(self)
+
+    def to_record(self) -> list:
+        return ["FU", self.stage_id, list(self.iter_ids)]
+
+
+@dataclass(frozen=True)
+class ReorderStep:
+    """RE: put the stage's iterators in the order ``after_ids`` (a permutation)."""
+
+    stage_id: int
+    after_ids: tuple
+
+    def apply(self, state: State) -> State:
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
+        check(sorted(self.after_ids) == list(range(len(st.iters))),
+              f"reorder of {st.name} needs a permutation of 0..{len(st.iters) - 1}, got {list(self.after_ids)}")
+        time = [k for k in self.after_ids if st.iters[k].kind == "scan"]
+        check(time == sorted(time), f"reorder of {st.name} would run the scan's time loops out of order")
+        iters = tuple(st.iters[k] for k in self.after_ids)
+        state = state.with_stage(self.stage_id, replace(st, iters=iters))
+        return check_compute_locations(state).with_step(self)
+
+    def to_record(self) -> list:
+        return ["RE", self.stage_id, list(self.after_ids)]
+
+
+@dataclass(frozen=True)
+class AnnotationStep:
+    """AN: mark an iterator unroll / vectorize / parallel / vthread / bound to a GPU axis."""
+
+    stage_id: int
+    iter_id: int
+    annotation: str
+
+    def apply(self, state: State) -> State:
+        st, it = _stage_iter(state, self.stage_id, self.iter_id)
+        check(self.annotation in ANNOTATIONS, f"unknown annotation {self.annotation!r}")
+        if self.annotation in ("parallel", "vectorize") or self.annotation.startswith(("block", "thread")):
+            check(it.kind != "reduce" or self.annotation == "vectorize" or self.annotation.startswith("thread"),
+                  f"cannot {self.annotation} the reduction iterator {it.name} of {st.name}")
+        if self.annotation == "parallel":
+            check(it.kind != "reduce", f"cannot parallelize reduction iterator {it.name}")
+        if self.annotation in ("parallel", "vectorize") or self.annotation.startswith(("block", "thread")):
+            check(it.kind != "scan", f"cannot {self.annotation} the scan time loop {it.name}: "
+                  "each step reads the previous one")
+        iters = list(st.iters)
+        iters[self.iter_id] = replace(it, annotation=self.annotation)
+        return state.with_stage(self.stage_id, replace(st, iters=tuple(iters))).with_step(self)
+
+    def to_record(self) -> list:
+        return ["AN", self.stage_id, self.iter_id, ANNOTATIONS.index(self.annotation)]
+
+
+@dataclass(frozen=True)
+class PragmaStep:
+    """PR: a pragma on an iterator, e.g. ``"auto_unroll_max_step$16"`` (Ansor's encoding)."""
+
+    stage_id: int
+    iter_id: int
+    pragma_type: str
+
+    def parsed(self) -> tuple:
+        key, _, val = self.pragma_type.partition("$")
+        if key == "auto_unroll_max_step":
+            check(val.isdigit(), f"auto_unroll_max_step needs an integer, got {val!r}")
+            return key, int(val)
+        if key == "unroll_explicit":
+            return key, val not in ("0", "False", "false")
+        raise ScheduleError(f"unknown pragma {key!r}")
+
+    def apply(self, state: State) -> State:
+        st, it = _stage_iter(state, self.stage_id, self.iter_id)
+        key, val = self.parsed()
+        prag = st.pragma_dict()
+        prag.setdefault(it.name, {})[key] = val
+        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+        return state.with_stage(self.stage_id, st).with_step(self)
+
+    def to_record(self) -> list:
+        return ["PR", self.stage_id, self.iter_id, self.pragma_type]
+
+
+def _reaches(state: State, src: int, dst: int) -> bool:
+    """True if stage ``dst`` (transitively) reads stage ``src``."""
+    frontier, seen = [src], set()
+    while frontier:
+        cur = frontier.pop()
+        for c in state.consumers(cur):
+            if c == dst:
+                return True
+            if c not in seen:
+                seen.add(c)
+                frontier.append(c)
+    return False
+
+
+def effective_readers(state: State, stage_id: int) -> set:
+    """Non-inlined stages that read ``stage_id``, directly or through inlined stages.
+
+    A scan does not count: it reads its init/update stages by aliasing their
+    buffers, not at any loop.
+    """
+    out, seen, frontier = set(), set(), [stage_id]
+    while frontier:
+        for c in state.consumers(frontier.pop()):
+            if c in seen or state.stages[c].op_type == "scan":
+                continue
+            seen.add(c)
+            if state.stages[c].compute_at == "inlined":
+                frontier.append(c)
+            else:
+                out.add(c)
+    return out
+
+
+def attach_points(state: State) -> dict:
+    """Stage id -> (target stage id, iterator name) for every stage computed at a loop:
+    those moved by compute_at, and a scan's body left at root, which runs in the
+    scan's innermost time loop (as lowering places it)."""
+    out = {}
+    scans = scan_body_stages(state)
+    for k, st in enumerate(state.stages):
+        if st.compute_at == "iter":
+            out[k] = tuple(st.attach)
+        elif st.compute_at == "root" and k in scans:
+            out[k] = (scans[k], state.stages[scans[k]].iters[-1].name)
+    return out
+
+
+def attach_scope(state: State, target_stage_id: int, iter_name: str) -> set:
+    """Stages computed inside loop ``iter_name`` of ``target_stage_id`` (the target included):
+    those attached at that loop or an inner one, and everything attached inside them."""
+    children: dict = {}
+    for k, at in attach_points(state).items():
+        children.setdefault(at, []).append(k)
+    tgt = state.stages[target_stage_id]
+    pos = tgt.iter_index(iter_name)
+    inside = {target_stage_id}
+    frontier = [(target_stage_id, it.name) for it in tgt.iters[pos:]]
+    while frontier:
+        for c in children.get(frontier.pop(), []):
+            if c not in inside:
+                inside.add(c)
+                frontier.extend((c, it.name) for it in state.stages[c].iters)
+    return inside
+
+
+def check_compute_locations(state: State) -> State:
+    """Raise ScheduleError unless every stage computed at a loop is read only inside it.
+
+    A stage attached at loop ``T.x`` computes the region its readers need in one
+    iteration of ``T.x``, so every (non-inlined) reader must run inside that
+    loop: TVM's "cannot find the producer along the loop nest" check of
+    InferBound, made at the step that breaks it.  Returns ``state``.
+    """
+    for k, (tgt, it_name) in attach_points(state).items():
+        st = state.stages[k]
+        scope = attach_scope(state, tgt, it_name)
+        for r in sorted(effective_readers(state, k) - scope):
+            raise ScheduleError(
+                f"{st.name} is computed at {state.stages[tgt].name}.{it_name} but "
+                f"{state.stages[r].name} reads it outside that loop")
+    return state
+
+
+def _is_scan_update(state: State, stage_id: int) -> bool:
+    op = state.stages[stage_id].op
+    return any(st.op_type == "scan" and any(t.op is op for t in st.op.update) for st in state.stages)
+
+
+@dataclass(frozen=True)
+class ComputeAtStep:
+    """CA: compute ``stage_id`` inside loop ``target_iter_id`` of ``target_stage_id``."""
+
+    stage_id: int
+    target_stage_id: int
+    target_iter_id: int
+
+    def apply(self, state: State) -> State:
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
+        check(st.op_type == "compute", f"only compute stages can be moved; {st.name} is a {st.op_type}")
+        tgt, it = _stage_iter(state, self.target_stage_id, self.target_iter_id)
+        check(self.stage_id != self.target_stage_id, "a stage cannot be computed at itself")
+        check(tgt.compute_at != "inlined", f"target stage {tgt.name} is inlined")
+        check(not _is_scan_update(state, self.stage_id),
+              f"{st.name} is a scan update: it is computed in the scan's innermost time loop")
+        check(tgt.op_type != "scan" or self.target_iter_id == len(tgt.iters) - 1,
+              f"a stage computed at the scan {tgt.name} must be at its innermost time loop")
+        check(_reaches(state, self.stage_id, self.target_stage_id),
+              f"{st.name} is not read (directly or through other stages) by {tgt.name}")
+        # The attach chain must not come back to this stage.
+        cur = tgt
+        while cur.compute_at == "iter":
+            check(cur.attach[0] != self.stage_id, "compute_at would make an attach cycle")
+            cur = state.stages[cur.attach[0]]
+        st = replace(st, compute_at="iter", attach=(self.target_stage_id, it.name))
+        return check_compute_locations(state.with_stage(self.stage_id, st)).with_step(self)
+
+    def to_record(self) -> list:
+        return ["CA", self.stage_id, self.target_stage_id, self.target_iter_id]
+
+
+@dataclass(frozen=True)
+class ComputeRootStep:
+    """CR: compute ``stage_id`` at the root of the function."""
+
+    stage_id: int
+
+    def apply(self, state: State) -> State:
+        st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
+        check(st.op_type == "compute", f"{st.name} is not a compute stage")
+        state = state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None))
+        return check_compute_locations(state).with_step(self)
+
+    def to_record(self) -> list:
+        return ["CR", self.stage_id]
+
+
+@dataclass(frozen=True)
+class StorageAlignStep:
+    """SA: pad the stride of ``iter_id``'s axis so ``stride % factor == offset``."""
+
+    stage_id: int
+    iter_id: int
+    factor: int
+    offset: int
+
+    def apply(self, state: State) -> State:
+        st, it = _stage_iter(state, self.stage_id, self.iter_id)
+        names = [iv.var.name for iv in st.root]
+        check(it.name in names, f"storage_align needs a root axis; {it.name} is not one")
+        check(self.factor >= 1 and 0 <= self.offset < self.factor, "storage_align needs 0 <= offset < factor")
+        axis = names.index(it.name)
+        st = replace(st, storage_align=st.storage_align + ((axis, self.factor, self.offset),))
+        return state.with_stage(self.stage_id, st).with_step(self)
+
+    def to_record(self) -> list:
+        return ["SA", self.stage_id, self.iter_id, self.factor, self.offset]
