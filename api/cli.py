@@ -1,58 +1,148 @@
-"""``autosched``: the whole command line (worker-side commands from ``workers.cli`` plus
-the server and its client).
+"""``autosched``: the whole command line, in this one module.
 
     autosched tune examples/workloads/matmul_add.json --trials 64   # queue path, embedded Redis
+    autosched worker --queues tune                                   # an RQ worker (any machine)
     autosched serve --port 8000 --workers 2                          # API + RQ workers
     autosched submit examples/workloads/softmax.json --trials 64     # against a running server
     autosched status JOB_ID | best TASK_ID | artifact TASK_ID --format so | resume TASK_ID --trials 32
-    autosched records export TASK_ID out.jsonl
+    autosched records import FILE.jsonl | records export TASK_ID out.jsonl
+
+The commands call ``workers`` (Redis store, queues, worker processes) and the HTTP
+client; tuning options are the library's TuningOptions (same defaults as the API).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
+import uvicorn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rq import Worker
+from rq.serializers import JSONSerializer
 
-from workers.cli import (
-    app,
-    records_app,  # noqa: E402  (``records import`` lives with the workers)
-    start_worker_process,
-)
+from scheduler_core.search.tuning_options import FIELDS_BY_NAME
+from workers.best import describe_best
+from workers.job_state import ENDED_STATES, JobState
+from workers.processes import start_worker_process
+from workers.queues import TUNE_QUEUE, enqueue_tune, measure_queue_name
+from workers.redis_conn import connection_url, get_connection
+from workers.store import RedisStore, import_record_file
 
 from .client import ApiError, Client
+from .main import create_app
+from .settings import Settings
+
+app = typer.Typer(add_completion=False, help="autosched: template-free auto-scheduling of tensor programs")
+records_app = typer.Typer(help="move records between files and Redis")
+app.add_typer(records_app, name="records")
 
 _SERVER = typer.Option("http://127.0.0.1:8000", "--server", envvar="AUTOSCHED_SERVER", help="API base URL")
 _TOKEN = typer.Option(None, "--token", envvar="AUTOSCHED_API_TOKEN", help="bearer token")
-
-
-def _client(server: str, token: Optional[str]) -> Client:
-    return Client(server, token=token)
+_URL = typer.Option(None, "--url", help="Redis URL (default: REDIS_URL, else an embedded Redis)")
+_TRIALS = FIELDS_BY_NAME["num_measure_trials"]
+_PER_ROUND = FIELDS_BY_NAME["num_measures_per_round"]
+_POPULATION = FIELDS_BY_NAME["population"]
 
 
 def _print(obj) -> None:
     typer.echo(json.dumps(obj, indent=2, default=str))
 
 
+def follow_job(store: RedisStore, job_id: str, poll_s: float = 0.5) -> dict:
+    """Show a progress bar (trials, best GFLOP/s, errors) until the job ends; returns the job hash."""
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    with Progress(*columns) as bar:
+        job = store.get_job(job_id)
+        t = bar.add_task("tuning", total=int(job["trials_total"]), info="")
+        while True:
+            job = store.get_job(job_id)
+            errors = sum((job.get("errors") or {}).values())
+            info = f"best {float(job.get('best_gflops') or 0):.1f} GFLOP/s | errors {errors} | {job['state']}"
+            bar.update(t, completed=int(job.get("trials_done") or 0), info=info)
+            if JobState(job["state"]) in ENDED_STATES:
+                return job
+            time.sleep(poll_s)
+
+
+@app.command()
+def worker(queues: list[str] = typer.Option([TUNE_QUEUE], "--queues", "-q", help="queues to listen to"),
+           url: Optional[str] = _URL,
+           burst: bool = typer.Option(False, help="exit when the queues are empty")) -> None:
+    """Run an RQ worker on ``queues`` (JSON serializer; job arguments are ids and JSON)."""
+    Worker(list(queues), connection=get_connection(url), serializer=JSONSerializer).work(burst=burst)
+
+
+@app.command()
+def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see examples/workloads)"),
+         target: str = typer.Option("llvm", help='"llvm" or "llvm -mcpu=..."'),
+         trials: int = typer.Option(_TRIALS.default, min=1, help=_TRIALS.doc),
+         per_round: int = typer.Option(_PER_ROUND.default, min=1, help=_PER_ROUND.doc),
+         population: int = typer.Option(_POPULATION.default, min=8, help=_POPULATION.doc),
+         measure: str = typer.Option("local", help="'local' (in the search job) or 'queue' (measurement "
+                                                  "workers on the device queue)"),
+         out: Path = typer.Option(Path("autosched_out"), help="where the best schedule and artifact go"),
+         url: Optional[str] = _URL) -> None:
+    """Tune one workload through the queue: task -> RQ job -> worker process -> records in Redis."""
+    if measure not in ("local", "queue"):
+        raise typer.BadParameter("--measure must be 'local' or 'queue'")
+    conn = get_connection(url)
+    store = RedisStore(conn)
+    tuning = {"num_measure_trials": trials, "num_measures_per_round": per_round, "population": population,
+              "measure": measure}
+    task_id, workload_key = store.create_task(workload.read_text(), target, tuning)
+    job_id = store.create_job(task_id, trials)
+    enqueue_tune(conn, task_id, job_id, trials)
+    procs = [start_worker_process(conn)]
+    if measure == "queue":
+        procs.append(start_worker_process(conn, (measure_queue_name(store.get_task(task_id)["target"]),),
+                                          burst=False))
+    try:
+        job = follow_job(store, job_id)
+        procs[0].wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=30)
+    if job["state"] != JobState.finished:
+        typer.echo(f"job {job_id} {job['state']}: {job.get('error', '')}", err=True)
+        raise typer.Exit(1)
+    _write_best(store, task_id, job, out)
+
+
+def _write_best(store: RedisStore, task_id: str, job: dict, out: Path) -> None:
+    """Write the best schedule (Python), record and artifacts of a finished task under ``out``."""
+    task = store.get_task(task_id)
+    best = describe_best(store, task)
+    if best is None:
+        typer.echo(f"task {task_id}: no successful measurement", err=True)
+        raise typer.Exit(1)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "best_schedule.py").write_text(best["script"])
+    (out / "best_record.json").write_text(json.dumps(best["record"], separators=(",", ":")) + "\n")
+    for fmt in ("so", "h", "ll"):
+        data = store.load_artifact(task_id, fmt)
+        if data is not None:
+            (out / f"best.{fmt}").write_bytes(data)
+    typer.echo(f"task {task_id} job {job['job_id']}: best {best['cost_s'] * 1e3:.3f} ms ({best['gflops']:.1f} "
+               f"GFLOP/s) after {job['trials_done']} trials")
+    typer.echo(f"wrote {out / 'best_schedule.py'}, {out / 'best.so'} (C header {out / 'best.h'})")
+
+
 @app.command()
 def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
           workers: int = typer.Option(1, min=0, help="RQ worker processes to start beside the API")) -> None:
     """Run the HTTP API and ``workers`` RQ workers on one Redis (embedded when no REDIS_URL)."""
-    import os
-
-    import uvicorn
-
-    from workers.redis_conn import connection_url, get_connection
-
-    from .main import create_app
-    from .settings import Settings
     conn = get_connection(os.environ.get("REDIS_URL"))
-    url = connection_url(conn)
     procs = [start_worker_process(conn, burst=False) for _ in range(workers)]
     try:
-        uvicorn.run(create_app(Settings(redis_url=url)), host=host, port=port)
+        uvicorn.run(create_app(Settings(redis_url=connection_url(conn))), host=host, port=port)
     finally:
         for p in procs:
             p.terminate()
@@ -63,7 +153,7 @@ def submit(workload: Path, target: str = typer.Option("llvm"), trials: int = typ
            wait: bool = typer.Option(True, help="follow the job until it ends"),
            server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
     """POST a ComputeDAG JSON file as a search task."""
-    with _client(server, token) as c:
+    with Client(server, token=token) as c:
         created = c.create_task(workload.read_text(), target=target, num_measure_trials=trials)
         _print(created)
         if wait:
@@ -73,24 +163,24 @@ def submit(workload: Path, target: str = typer.Option("llvm"), trials: int = typ
 @app.command()
 def status(job_id: str, server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
     """A job's state, trials done/total, best latency and error counts."""
-    with _client(server, token) as c:
+    with Client(server, token=token) as c:
         _print(c.job(job_id))
 
 
 @app.command()
 def best(task_id: str, server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
     """The best schedule of a task: latency, steps, Python schedule code."""
-    with _client(server, token) as c:
+    with Client(server, token=token) as c:
         b = c.best(task_id)
-    typer.echo(b.get("python_schedule") or b.get("script") or "")
-    _print({k: v for k, v in b.items() if k not in ("python_schedule", "script", "lowered")})
+    typer.echo(b.get("script") or "")
+    _print({k: v for k, v in b.items() if k not in ("script", "lowered")})
 
 
 @app.command()
 def artifact(task_id: str, format: str = typer.Option("so", "--format"), out: Optional[Path] = None,
              server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
     """Download the compiled best program (so | o | ll | asm)."""
-    with _client(server, token) as c:
+    with Client(server, token=token) as c:
         data = c.artifact(task_id, format)
     path = out or Path(f"{task_id}.{format}")
     path.write_bytes(data)
@@ -101,15 +191,22 @@ def artifact(task_id: str, format: str = typer.Option("so", "--format"), out: Op
 def resume(task_id: str, trials: int = typer.Option(32, min=1), server: str = _SERVER,
            token: Optional[str] = _TOKEN) -> None:
     """Continue a task's search with more trials (measured states are never re-measured)."""
-    with _client(server, token) as c:
+    with Client(server, token=token) as c:
         _print(c.resume(task_id, trials))
+
+
+@records_app.command("import")
+def records_import(path: Path, url: Optional[str] = _URL) -> None:
+    """Append a record file (RecordToFile's JSON lines) to Redis: DAGs, records, best index."""
+    n = import_record_file(RedisStore(get_connection(url)), path)
+    typer.echo(f"imported {n} records from {path}")
 
 
 @records_app.command("export")
 def records_export(task_id: str, out: Path, server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
     """Write a task's records as JSON lines (the same format as RecordToFile)."""
     parts, offset, page = [], 0, 1000
-    with _client(server, token) as c:
+    with Client(server, token=token) as c:
         while True:
             text = c.records_jsonl(task_id, offset, page)
             lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -126,7 +223,7 @@ def main() -> None:
         app()
     except ApiError as err:
         typer.echo(f"error {err.status}: {err.detail}", err=True)
-        raise SystemExit(1)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

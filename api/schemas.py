@@ -11,12 +11,13 @@ live in Settings), not here.
 
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from scheduler_core.base.target import Target as _LibraryTarget
+from scheduler_core.search.tuning_options import FIELDS_BY_NAME, TUNING_FIELDS, TuningField
+from workers.job_state import JobState
 
 
 def _check_target(target: str) -> str:
@@ -30,26 +31,33 @@ def _check_target(target: str) -> str:
 
 Target = Annotated[str, Field(max_length=512, description="target string, e.g. 'llvm -mcpu=skylake-avx512'"),
                    AfterValidator(_check_target)]
-Trials = Annotated[int, Field(ge=1, le=100_000, description="measurement trials, 1..100000")]
+_TRIALS = FIELDS_BY_NAME["num_measure_trials"]
+Trials = Annotated[int, Field(ge=_TRIALS.ge, le=_TRIALS.le, description=_TRIALS.doc)]
 
 
 class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class TuningOptions(_Request):
-    """The tuning options of a search (Ansor's TuningOptions, service subset)."""
+def _tuning_field(f: TuningField) -> tuple:
+    """The (annotation, Field) of one tuning option, from the library's single table."""
+    extra: dict = {}
+    if isinstance(f.type, tuple):
+        annotation: Any = Literal[f.type]
+    elif f.type == "int|None":
+        annotation = int | None
+    else:
+        annotation = f.type
+        if f.type is float:
+            extra["allow_inf_nan"] = False
+    return annotation, Field(f.default, ge=f.ge, gt=f.gt, le=f.le, description=f.doc, **extra)
 
-    num_measure_trials: Trials = 64
-    num_measures_per_round: int = Field(16, ge=1, le=1024, description="programs measured per round")
-    early_stopping: int | None = Field(None, ge=1, le=100_000, description="stop after this many rounds without gain")
-    timeout_s: float = Field(10.0, gt=0, le=3600, allow_inf_nan=False, description="build/run timeout, in seconds")
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of the search's random generator")
-    population: int = Field(2048, ge=8, le=16384, description="evolutionary population (Ansor: 2048)")
-    num_iters: int = Field(4, ge=0, le=64, description="evolution generations per round (Ansor: 4)")
-    measure: Literal["local", "queue"] = Field(
-        "local", description="'local': the search job builds and times; 'queue': measurement workers on the "
-                             "device's queue (measure:<kind>:<model>) do")
+
+# The request form of scheduler_core's TuningOptions: same fields, defaults and bounds
+# (TUNING_FIELDS); the route turns it into the library object with TuningOptions.from_json.
+TuningOptions = create_model(
+    "TuningOptions", __base__=_Request, __doc__="How long and how to tune (Ansor's TuningOptions).",
+    **{f.name: _tuning_field(f) for f in TUNING_FIELDS})
 
 
 class TaskCreate(_Request):
@@ -79,17 +87,6 @@ class TaskPublic(BaseModel):
     created: float | None = None      # seconds since the epoch
     tuning: dict[str, Any] = {}
     latest_job_id: str | None = None
-
-
-class JobState(str, enum.Enum):
-    queued = "queued"
-    running = "running"
-    finished = "finished"
-    failed = "failed"
-    cancelled = "cancelled"
-
-
-ACTIVE_STATES = (JobState.queued, JobState.running)
 
 
 class JobPublic(BaseModel):

@@ -21,15 +21,15 @@ import traceback
 from typing import Any
 
 from cost_model import LGBMModel
-from scheduler_core.driver.program import ENTRY_NAME, Program, program_from_state
+from scheduler_core.driver.program import ENTRY_NAME
 from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
-from scheduler_core.measure.record import decode_record
 from scheduler_core.search.search_policy import SketchPolicy
 from scheduler_core.search.search_task import SearchTask
 from scheduler_core.search.tuning_options import TuningOptions
 from sketch_rules import SketchPolicyParams
 
+from .best import best_program
 from .job_state import JobState
 from .measure_queue import QueueBuilder, QueueRunner
 from .redis_conn import current_connection
@@ -131,16 +131,6 @@ def _save_model(store: RedisStore, model: Any, wk: str, target: str) -> None:
         model.save(path)
         with open(path, "rb") as f:
             store.save_model(wk, target, f.read())
-
-
-def best_program(store: RedisStore, workload_key: str, target: str) -> Program | None:
-    """The Program of the best record (driver.program: layout rewrite, lowering), or None without one."""
-    best = store.best_record(workload_key, target)
-    if best is None:
-        return None
-    dag = store.load_dag(workload_key)
-    inp, _ = decode_record(best[1], {workload_key: dag})
-    return program_from_state(inp.state, target)
 
 
 def _finalize(store: RedisStore, meta: dict) -> None:

@@ -14,6 +14,7 @@ its DAG rebuilds every measured state.  Keys come from :mod:`workers.keys` only.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from typing import Any, Iterator, Mapping
@@ -24,7 +25,7 @@ from scheduler_core.base.target import Target
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
 from scheduler_core.measure.data import MeasureErrorNo
-from scheduler_core.measure.record import decode_record, encode_record, parse_line
+from scheduler_core.measure.record import DagLine, decode_record, encode_record, iter_lines, parse_line
 from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
@@ -284,6 +285,24 @@ class RedisStore:
 
 class JobCancelled(Exception):
     """Raised by RedisRecordSink after a batch when the job was asked to stop."""
+
+
+def import_record_file(store: RedisStore, path: str | os.PathLike) -> int:
+    """Append a record file (RecordToFile's JSON lines) to Redis: its DAGs, records and best index.
+
+    Returns the number of records imported.  Raises RecordFormatError naming the first
+    invalid line (nothing after it is imported).
+    """
+    n = 0
+    for item in iter_lines(str(path)):
+        if isinstance(item, DagLine):
+            store.conn.setnx(keys.dag(item.workload_key), json.dumps(item.dag))
+            continue
+        store.append_records(item.workload_key, item.target, [item.text])
+        if item.error_no == MeasureErrorNo.NO_ERROR:
+            store.update_best(item.workload_key, item.target, item.mean_cost, item.text)
+        n += 1
+    return n
 
 
 class RedisRecordSink:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from workers.job_state import ACTIVE_STATES
+
 from ..deps import StoreDep
 from ..errors import ConflictError, NotFoundError
-from ..schemas import ACTIVE_STATES, JobPublic
+from ..schemas import JobPublic
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

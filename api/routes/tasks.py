@@ -13,15 +13,13 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from scheduler_core.dag.compute_dag import ComputeDAG
-from scheduler_core.lowering.lower import lower_state
-from scheduler_core.measure.record import decode_record, parse_line
-from scheduler_core.schedule.schedule_printer import state_to_python
+from workers.best import describe_best
+from workers.job_state import ACTIVE_STATES, JobState
 from workers.queues import enqueue_tune
 
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, NotFoundError
 from ..schemas import (
-    ACTIVE_STATES,
     BestPublic,
     RecordsPage,
     TaskCreate,
@@ -40,7 +38,7 @@ def _check_idle(store, task: dict) -> None:
     """ConflictError (409) while the task's latest job is queued or running."""
     latest = task.get("latest_job_id")
     job = store.get_job(latest) if latest else None
-    if job and job.get("state") in {s.value for s in ACTIVE_STATES}:
+    if job and JobState(job["state"]) in ACTIVE_STATES:
         raise ConflictError(f"task {task['task_id']!r} already has an active job {latest!r} ({job['state']})")
 
 
@@ -50,16 +48,6 @@ def _start_job(store, conn, task: dict, trials: int) -> str:
     job_id = store.create_job(task["task_id"], trials)
     enqueue_tune(conn, task["task_id"], job_id, trials)
     return job_id
-
-
-def _describe_best(store, task: dict, cost_s: float, line: str) -> BestPublic:
-    """The best record replayed: its steps, Python schedule script and lowered program."""
-    dag = store.load_dag(task["workload_key"])
-    raw = parse_line(line)
-    inp, _ = decode_record(line, {raw.workload_key: dag})
-    return BestPublic(task_id=task["task_id"], cost_s=cost_s, gflops=dag.flop_ct / cost_s / 1e9,
-                      steps=list(raw.steps), script=state_to_python(inp.state),
-                      lowered=str(lower_state(inp.state)), record=json.loads(line))
 
 
 @router.post("", status_code=201, response_model=TaskCreated)
@@ -104,10 +92,10 @@ def read_records(task: TaskDep, store: StoreDep, settings: SettingsDep,
 @router.get("/{task_id}/best", response_model=BestPublic)
 def read_best(task: TaskDep, store: StoreDep) -> BestPublic:
     """The best schedule so far: steps, Python script, lowered program, latency, record."""
-    best = store.best_record(task["workload_key"], task["target"])
+    best = describe_best(store, task)
     if best is None:
         raise NotFoundError(f"task {task['task_id']!r} has no successful measurement yet")
-    return _describe_best(store, task, *best)
+    return BestPublic(task_id=task["task_id"], **best)
 
 
 @router.get("/{task_id}/artifact", response_class=Response,

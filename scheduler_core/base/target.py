@@ -339,10 +339,11 @@ def _parse_mattr(value: str, mtriple: str = "") -> tuple:
     for entry in entries:
         sign, name = entry[:1], entry[1:]
         if sign not in ("+", "-"):
-            raise InvalidTargetError(
-                f"bad -mattr entry {_show(entry)}: each entry is +feature or -feature "
-                f"(e.g. -mattr=+{entry},-avx512f)"
-                + (_known_names_text(entry, names) if entry not in names else ""))
+            if entry in names:
+                raise InvalidTargetError(f"bad -mattr entry {_show(entry)}: each entry is +feature or -feature, "
+                                         f"e.g. +{entry} or -{entry}")
+            raise InvalidTargetError(f"bad -mattr entry {_show(entry)}: each entry is +feature or -feature"
+                                     + _known_names_text(entry, names))
         if name not in names:
             raise InvalidTargetError(f"unknown feature {_show(name)} in -mattr={_show(value)}{_for_triple(mtriple)}"
                                      + _known_names_text(name, names))
@@ -377,7 +378,7 @@ def _parse_text(text: str) -> Target:
                 f"malformed target option {_show(word)} in {_show(text)}: expected -key=value; {accepts}")
         key = key.lstrip("-")
         if key not in allowed:
-            raise InvalidTargetError(f"unknown option -{key} in {_show(text)}; {accepts}")
+            raise InvalidTargetError(f"unknown option {_show('-' + key)} in {_show(text)}; {accepts}")
         if key in ("mcpu", "mattr"):
             raw[key] = value  # checked below, once -mtriple is known
         elif key == "num-cores":

@@ -60,14 +60,12 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor({self.name}, shape={list(map(str, self.shape))}, dtype={self.dtype})"
 
-    __hash__ = object.__hash__
-
     def __eq__(self, other):  # identity, so tensors work in sets and dicts
         return self is other or (
             isinstance(other, Tensor) and other.op is self.op and other.value_index == self.value_index
         )
 
-    def __hash__(self):  # noqa: F811 - same identity as (op, value_index)
+    def __hash__(self):  # same identity as (op, value_index)
         return hash((id(self.op), self.value_index))
 
 

@@ -15,7 +15,7 @@ expressions builds a ``CmpOp`` as in TVM; its truth value is identity.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class Expr:
     """Base class of expression nodes; carries ``dtype`` and Python operators."""
 
     dtype: str
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every concrete node class is a dataclass
 
     # -- arithmetic ---------------------------------------------------------
     def __add__(self, o): return binary("add", self, o)
@@ -87,8 +88,8 @@ class Expr:
     def __le__(self, o): return compare("le", self, o)
     def __gt__(self, o): return compare("gt", self, o)
     def __ge__(self, o): return compare("ge", self, o)
-    def __eq__(self, o): return compare("eq", self, o)  # type: ignore[override]
-    def __ne__(self, o): return compare("ne", self, o)  # type: ignore[override]
+    def __eq__(self, o): return compare("eq", self, o)
+    def __ne__(self, o): return compare("ne", self, o)
     __hash__ = object.__hash__
 
     def __and__(self, o): return logical("and", self, o)
@@ -236,8 +237,8 @@ class IterVar:
     def __le__(self, o): return self.var <= o
     def __gt__(self, o): return self.var > o
     def __ge__(self, o): return self.var >= o
-    def __eq__(self, o): return self.var == (o.var if isinstance(o, IterVar) else o)  # type: ignore[override]
-    def __ne__(self, o): return self.var != (o.var if isinstance(o, IterVar) else o)  # type: ignore[override]
+    def __eq__(self, o): return self.var == (o.var if isinstance(o, IterVar) else o)
+    def __ne__(self, o): return self.var != (o.var if isinstance(o, IterVar) else o)
     __hash__ = object.__hash__
 
 

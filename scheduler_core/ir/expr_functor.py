@@ -86,7 +86,7 @@ def rebuild(e: Expr, new_children: tuple) -> Expr:
     if isinstance(e, Not):
         return Not(new_children[0])
     if isinstance(e, Select):
-        return Select(*new_children, e.dtype)
+        return Select(new_children[0], new_children[1], new_children[2], e.dtype)
     if isinstance(e, Cast):
         return Cast(new_children[0], e.dtype)
     if isinstance(e, Call):

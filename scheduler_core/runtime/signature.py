@@ -191,14 +191,16 @@ def _dim_from_meta(d) -> int | str | ComputedDim:
     if _IDENT.match(text):
         return text
     tree = ast.parse(text, mode="eval").body
-    return ComputedDim(text, lambda bound, tree=tree: _eval_ast(tree, bound))
+    return ComputedDim(text, lambda bound: _eval_ast(tree, bound))
 
 
-_AST_BINOPS = {
+_AST_BINOPS: dict[type[ast.operator], Callable[[int, int], int]] = {
     ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
     ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
 }
-_AST_CALLS = {"floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max}
+_AST_CALLS: dict[str, Callable[..., int]] = {
+    "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max,
+}
 
 
 def _eval_ast(node: ast.AST, bound: dict) -> int:

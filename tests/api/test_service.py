@@ -22,7 +22,7 @@ import scheduler_core as sc
 from api.main import create_app
 from api.settings import Settings
 from tests.workloads import matmul_add
-from workers.cli import start_worker_process
+from workers.processes import start_worker_process
 from workers.redis_conn import get_connection
 from workers.store import RedisStore
 

@@ -19,7 +19,7 @@ def test_tune_command_runs_the_queue_path_and_writes_the_best(tmp_path, measure)
     wl.write_text(sc.ComputeDAG(matmul_add(32, 32, 32)).to_json())
     out = tmp_path / "out"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    res = subprocess.run([sys.executable, "-m", "workers.cli", "tune", str(wl), "--trials", "4",
+    res = subprocess.run([sys.executable, "-m", "api.cli", "tune", str(wl), "--trials", "4",
                           "--per-round", "2", "--population", "32", "--out", str(out), "--measure", measure],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -13,7 +13,7 @@ from rq.serializers import JSONSerializer
 
 import scheduler_core as sc
 from tests.workloads import matmul_add
-from workers.cli import start_worker_process
+from workers.processes import start_worker_process
 from workers.queues import enqueue_tune, measure_queue_name
 from workers.store import RedisStore
 

@@ -1,0 +1,47 @@
+"""The best schedule of a task, read from Redis and made into a program by the one driver path.
+
+    best index (Redis) --decode_record--> State --driver.program_from_state--> Program
+        Program.lowered   the text /tasks/{id}/best shows
+        Program.build()   the module whose .so/.o/.ll/.asm are the task's artifacts
+
+Both the API's best-schedule answer and the tune job's artifacts go through
+:func:`best_program`, so the lowered program a user reads is the program they download.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scheduler_core.driver.program import Program, program_from_state
+from scheduler_core.measure.record import decode_record, parse_line
+from scheduler_core.schedule.schedule_printer import state_to_python
+
+from .store import RedisStore
+
+
+def best_program(store: RedisStore, workload_key: str, target: str) -> Program | None:
+    """The Program of the task's best record, or None while it has no successful measurement."""
+    best = store.best_record(workload_key, target)
+    if best is None:
+        return None
+    inp, _ = decode_record(best[1], {workload_key: store.load_dag(workload_key)})
+    return program_from_state(inp.state, target)
+
+
+def describe_best(store: RedisStore, task: dict) -> dict[str, Any] | None:
+    """The best record of ``task`` (a task hash) as the API shows it, or None without one.
+
+    Keys: ``cost_s`` (seconds), ``gflops``, ``steps`` (the record's step list), ``script``
+    (Python schedule code), ``lowered`` (the program in the artifact), ``record`` (decoded line).
+    """
+    wk, target = task["workload_key"], task["target"]
+    best = store.best_record(wk, target)
+    if best is None:
+        return None
+    cost_s, line = best
+    dag = store.load_dag(wk)
+    inp, _ = decode_record(line, {wk: dag})
+    program = program_from_state(inp.state, target)
+    return {"cost_s": cost_s, "gflops": dag.flop_ct / cost_s / 1e9, "steps": list(parse_line(line).steps),
+            "script": state_to_python(inp.state), "lowered": program.lowered, "record": json.loads(line)}
