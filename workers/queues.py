@@ -13,6 +13,8 @@ import redis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 
+from scheduler_core.base.target import host_cpu
+
 TUNE_QUEUE = "tune"
 TUNE_JOB_FUNC = "workers.jobs.tune_job"
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600
@@ -42,9 +44,7 @@ def enqueue_tune(conn: redis.Redis, task_id: str, job_id: str, trials: int,
 
 def _host_cpu_model() -> str:
     """LLVM's name for the host CPU (``"znver4"``, ``"skylake-avx512"``): the model the
-    search's ``llvm`` target and the JIT see.  Imported lazily: enqueuing stays light."""
-    from scheduler_core.base.target import host_cpu
-
+    search's ``llvm`` target and the JIT see."""
     return host_cpu()
 
 

@@ -75,10 +75,9 @@ class CompiledFunction:
 
         The callable holds a reference to this object, so the JIT'd code stays alive.
         """
-        argtypes = [ctypes.c_void_p] * len(self.func.params)
-        argtypes += [ctypes.c_int32] * len(self.func.scalar_params)
+        argtypes = [ctypes.c_void_p] * len(self.func.params) + [ctypes.c_int32] * len(self.func.scalar_params)
         fn = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(self.address)
-        fn.compiled = self
+        fn.compiled = self  # type: ignore[attr-defined]  # ctypes function objects take attributes
         return fn
 
 

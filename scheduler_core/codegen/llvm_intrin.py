@@ -15,6 +15,9 @@ is ``llvm.masked.gather/scatter`` over a vector of addresses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeGuard
+
 from llvmlite import ir
 
 from scheduler_core.base.errors import BuildError
@@ -35,6 +38,10 @@ _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
 class IntrinsicEmitter:
     """Mixin: math calls and loads/stores.  The owner provides ``builder``,
     ``module``, ``index`` and ``convert``."""
+
+    builder: ir.IRBuilder
+    module: ir.Module
+    index: Callable[[E.Expr], Any]  # ExprEmitter.index: an integer Expr as i64 (or <L x i64>)
 
     # -- math -----------------------------------------------------------------
     def unary_intrinsic(self, name: str, x):
@@ -206,5 +213,5 @@ class IntrinsicEmitter:
         bld.call(fn, [value, addrs, L.const(size, "int32"), m])
 
 
-def _unit_stride(idx: E.Expr) -> bool:
+def _unit_stride(idx: E.Expr) -> TypeGuard[E.Ramp]:
     return isinstance(idx, E.Ramp) and ES.is_const(idx.stride, 1)

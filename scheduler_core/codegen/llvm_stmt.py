@@ -150,7 +150,8 @@ class FunctionEmitter(ExprEmitter):
         if L.lanes_of(cond) != 1:
             raise BuildError(f"if condition {s.cond} is a vector; vectorize_loops should have "
                              f"kept this loop serial")
-        other = None if s.else_case is None else (lambda: self.stmt(s.else_case))
+        else_case = s.else_case
+        other = None if else_case is None else (lambda: self.stmt(else_case))
         self._if(cond, lambda: self.stmt(s.then_case), other)
 
     def _if(self, cond, then_fn, else_fn) -> None:
@@ -206,8 +207,7 @@ class FunctionEmitter(ExprEmitter):
     def _s_Allocate(self, s: T.Allocate) -> None:
         buf = s.buffer
         size = ES.const_value(_product(buf.shape)) if buf.shape else 1
-        nbytes = None if size is None else int(size) * L.elem_bytes(buf.dtype)
-        if nbytes is not None and nbytes <= STACK_LIMIT_BYTES:
+        if size is not None and int(size) * L.elem_bytes(buf.dtype) <= STACK_LIMIT_BYTES:
             ptr = self.entry_alloca(ir.ArrayType(L.mem_type(buf.dtype), max(int(size), 1)),
                                     ALLOC_ALIGN)
             self._with_buffer(buf, ptr, s.body)

@@ -27,10 +27,10 @@ from scheduler_core.ir.expr_functor import free_vars
 from scheduler_core.ir.simplify import const_value
 
 from .dag_json_expr import (
-    _ExprDecoder,
-    _ExprEncoder,
-    _fail,
-    _is_int,
+    ExprDecoder,
+    ExprEncoder,
+    fail_at,
+    is_json_int,
 )
 from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, dag_ops
 
@@ -51,7 +51,7 @@ def canonical_dumps(obj: dict) -> str:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                           allow_nan=False)
     except RecursionError:
-        _fail("expressions nest too deeply to serialize", "")
+        fail_at("expressions nest too deeply to serialize", "")
 
 
 def dag_to_json(dag: Any) -> dict:
@@ -83,7 +83,7 @@ def tensors_from_json(obj: dict | str | bytes, *, max_elements: int = 2**31,
 
 
 def _reject_constant(name: str):
-    _fail(f"{name} is not valid JSON; write non-finite floats as \"inf\", \"-inf\", \"nan\"", "")
+    fail_at(f"{name} is not valid JSON; write non-finite floats as \"inf\", \"-inf\", \"nan\"", "")
 
 
 def _parse_text(text) -> Any:
@@ -92,16 +92,16 @@ def _parse_text(text) -> Any:
     except InvalidWorkloadError:
         raise
     except RecursionError:
-        _fail("JSON nesting is too deep", "")
+        fail_at("JSON nesting is too deep", "")
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        _fail(f"malformed JSON: {e}", "")
+        fail_at(f"malformed JSON: {e}", "")
 
 
 # ---------------------------------------------------------------------------
 # Encoding
 # ---------------------------------------------------------------------------
 
-class _Encoder(_ExprEncoder):
+class _Encoder(ExprEncoder):
     def __init__(self, dag: Any):
         ops = list(dag.ops)
         known = {id(op) for op in ops}
@@ -129,7 +129,7 @@ class _Encoder(_ExprEncoder):
     def ref(self, t: Any, before: int, where: str) -> list:
         k = self.op_index.get(id(getattr(t, "op", None)))
         if not isinstance(t, Tensor) or k is None or k >= before:
-            _fail(f"{t!r} is not a tensor of an earlier op of the DAG", where)
+            fail_at(f"{t!r} is not a tensor of an earlier op of the DAG", where)
         return [k, t.value_index]
 
     def op(self, op: Any, k: int) -> dict:
@@ -140,7 +140,7 @@ class _Encoder(_ExprEncoder):
         if isinstance(op, ComputeOp):
             for iv in op.axis:
                 if iv.kind != "spatial" or const_value(iv.dom_min) != 0:
-                    _fail(f"axis {iv.var.name} is not a spatial axis starting at 0", where)
+                    fail_at(f"axis {iv.var.name} is not a spatial axis starting at 0", where)
             shape = [self.expr(iv.dom_extent, k) for iv in op.axis]
             return {"kind": "compute", "name": op.name, "shape": shape,
                     "axis": [self.var(iv.var) for iv in op.axis], "body": self.expr(op.body, k),
@@ -150,7 +150,7 @@ class _Encoder(_ExprEncoder):
                     for f in ("init", "update", "state_placeholder", "inputs")}
             return {"kind": "scan", "name": op.name, "scan_axis": self.iter_var(op.scan_axis, k),
                     **refs}
-        _fail(f"unknown op type {type(op).__name__}", where)
+        fail_at(f"unknown op type {type(op).__name__}", where)
 
     def iter_var(self, iv: IterVar, k: int) -> dict:
         return {"var": self.var(iv.var), "min": self.expr(iv.dom_min, k),
@@ -161,7 +161,7 @@ class _Encoder(_ExprEncoder):
         for key, val in attrs.items():
             where = f"ops[{k}].attrs.{key}"
             if not isinstance(key, str):
-                _fail(f"attr key {key!r} is not a string", f"ops[{k}].attrs")
+                fail_at(f"attr key {key!r} is not a string", f"ops[{k}].attrs")
             if key == TENSOR_ATTR:
                 out[key] = [self.ref(t, k, f"{where}[{j}]") for j, t in enumerate(val)]
             else:
@@ -171,21 +171,21 @@ class _Encoder(_ExprEncoder):
 
 def _plain_json(val: Any, where: str, depth: int = 0) -> Any:
     if depth > 64:
-        _fail("attr value nested too deeply", where)
+        fail_at("attr value nested too deeply", where)
     if val is None or isinstance(val, (str, bool, int)):
         return val
     if isinstance(val, float) and math.isfinite(val):
         return val
     if isinstance(val, (list, tuple)):
         return [_plain_json(v, f"{where}[{j}]", depth + 1) for j, v in enumerate(val)]
-    _fail(f"attr value {val!r} is not a JSON scalar or list", where)
+    fail_at(f"attr value {val!r} is not a JSON scalar or list", where)
 
 
 # ---------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------
 
-class _Decoder(_ExprDecoder):
+class _Decoder(ExprDecoder):
     def __init__(self, max_elements: int, max_total_elements: int, max_depth: int, max_nodes: int):
         self.max_elements, self.max_total = max_elements, max_total_elements
         self.max_depth, self.max_nodes = max_depth, max_nodes
@@ -203,12 +203,12 @@ class _Decoder(_ExprDecoder):
     def dag(self, obj: Any) -> list:
         self.fields(obj, "", ("format", "version", "vars", "ops", "tensors"), "a ComputeDAG payload")
         if obj["format"] != FORMAT:
-            _fail(f"format is {obj['format']!r}, expected {FORMAT!r}", "format")
+            fail_at(f"format is {obj['format']!r}, expected {FORMAT!r}", "format")
         version = self.typed(obj, "version", "", int)
         if version > VERSION:
-            _fail(f"format version {version} is newer than this reader's ({VERSION})", "version")
+            fail_at(f"format version {version} is newer than this reader's ({VERSION})", "version")
         if version != VERSION:
-            _fail(f"unknown format version {version}", "version")
+            fail_at(f"unknown format version {version}", "version")
         for k, v in enumerate(self.array(obj, "vars", "")):
             path = f"vars[{k}]"
             self.count(path)
@@ -221,26 +221,26 @@ class _Decoder(_ExprDecoder):
             self.ops.append(self.op(o, k))
         refs = self.array(obj, "tensors", "")
         if not refs:
-            _fail("a ComputeDAG needs at least one tensor", "tensors")
+            fail_at("a ComputeDAG needs at least one tensor", "tensors")
         tensors = [self.tensor_ref(r, f"tensors[{j}]", self.n_ops) for j, r in enumerate(refs)]
         try:
-            ops = dag_ops(tensors)
+            reachable = dag_ops(tensors)
         except InvalidWorkloadError as e:
-            _fail(str(e), "tensors")
-        used = {id(op) for op in ops} | {id(t.op) for t in tensors}
+            fail_at(str(e), "tensors")
+        used = {id(op) for op in reachable} | {id(t.op) for t in tensors}
         for k, op in enumerate(self.ops):
             if id(op) not in used:
-                _fail(f"op {op.name} is neither read by the DAG's outputs nor an argument", f"ops[{k}]")
+                fail_at(f"op {op.name} is neither read by the DAG's outputs nor an argument", f"ops[{k}]")
         return tensors
 
     # -- ops ----------------------------------------------------------------
     def op(self, o: Any, k: int) -> Any:
         path = f"ops[{k}]"
         if not isinstance(o, dict):
-            _fail(f"an op must be a JSON object, not {type(o).__name__}", path)
+            fail_at(f"an op must be a JSON object, not {type(o).__name__}", path)
         kind = o.get("kind")
         if not isinstance(kind, str) or kind not in _OP_FIELDS:
-            _fail(f"unknown op kind {kind!r} (expected one of {', '.join(_OP_FIELDS)})", f"{path}.kind")
+            fail_at(f"unknown op kind {kind!r} (expected one of {', '.join(_OP_FIELDS)})", f"{path}.kind")
         self.fields(o, path, ("kind",) + _OP_FIELDS[kind], f"a {kind} op")
         name = self.typed(o, "name", path, str)
         self.refs = []
@@ -266,32 +266,32 @@ class _Decoder(_ExprDecoder):
     def extent(self, obj: Any, path: str, k: int, what: str = "an extent") -> Expr:
         e = self.expr(obj, path, k, in_shape=True)
         if not is_int(e.dtype):
-            _fail(f"{what} must be an integer expression, not {e.dtype}", path)
+            fail_at(f"{what} must be an integer expression, not {e.dtype}", path)
         value = const_value(e)
         if value is None and not free_vars(e):
-            _fail(f"{what} has no variables but does not evaluate (division by zero?)", path)
+            fail_at(f"{what} has no variables but does not evaluate (division by zero?)", path)
         if value is not None and value < 0:
-            _fail(f"{what} is negative ({value})", path)
+            fail_at(f"{what} is negative ({value})", path)
         return e
 
     def check_elements(self, shape: tuple, path: str) -> None:
-        values = [const_value(s) for s in shape]
-        if any(v is None for v in values):
+        values = [v for v in map(const_value, shape) if isinstance(v, int)]  # extents are integer
+        if len(values) != len(shape):
             return  # symbolic: bounded when bound
         n = math.prod(values)
         if n > self.max_elements:
-            _fail(f"{n} elements exceed max_elements={self.max_elements}", path)
+            fail_at(f"{n} elements exceed max_elements={self.max_elements}", path)
         self.total_elements += n
         if self.total_elements > self.max_total:
-            _fail(f"tensors hold {self.total_elements} elements in all, over "
+            fail_at(f"tensors hold {self.total_elements} elements in all, over "
                   f"max_total_elements={self.max_total}", path)
 
     def bind(self, bound: dict, obj: Any, path: str) -> Var:
         v = self.var_ref(obj, path)
         if not is_int(v.dtype):
-            _fail(f"axis variable {v.name} has dtype {v.dtype}; axes must be integers", path)
+            fail_at(f"axis variable {v.name} has dtype {v.dtype}; axes must be integers", path)
         if obj in bound:
-            _fail(f"variable {v.name} (vars[{obj}]) is bound twice in this op", path)
+            fail_at(f"variable {v.name} (vars[{obj}]) is bound twice in this op", path)
         bound[obj] = path
         return v
 
@@ -299,7 +299,7 @@ class _Decoder(_ExprDecoder):
         shape = self.shape(o, path, k)
         ids = self.array(o, "axis", path)
         if len(ids) != len(shape):
-            _fail(f"compute has {len(ids)} axes but its shape has {len(shape)} dimensions", f"{path}.axis")
+            fail_at(f"compute has {len(ids)} axes but its shape has {len(shape)} dimensions", f"{path}.axis")
         bound: dict = {}
         axis = tuple(IterVar(self.bind(bound, vid, f"{path}.axis[{j}]"), IntImm(0, "int32"), ext, "spatial")
                      for j, (vid, ext) in enumerate(zip(ids, shape)))
@@ -314,10 +314,10 @@ class _Decoder(_ExprDecoder):
         for key, val in attrs.items():
             where = f"{path}.attrs.{key}"
             if not isinstance(key, str):
-                _fail(f"attr key {key!r} is not a string", f"{path}.attrs")
+                fail_at(f"attr key {key!r} is not a string", f"{path}.attrs")
             if key == TENSOR_ATTR:
                 if not isinstance(val, list):
-                    _fail("must be a list of tensor references", where)
+                    fail_at("must be a list of tensor references", where)
                 out[key] = [self.tensor_ref(r, f"{where}[{j}]", k) for j, r in enumerate(val)]
             else:
                 out[key] = self.plain(val, where)
@@ -330,13 +330,13 @@ class _Decoder(_ExprDecoder):
             v, p, d = stack.pop()
             self.count(p)
             if d > self.max_depth:
-                _fail(f"attr value nested deeper than max_depth={self.max_depth}", p)
+                fail_at(f"attr value nested deeper than max_depth={self.max_depth}", p)
             if isinstance(v, list):
                 stack.extend((x, f"{p}[{j}]", d + 1) for j, x in enumerate(v))
             elif isinstance(v, float) and not math.isfinite(v):
-                _fail("attr values must be finite", p)
+                fail_at("attr values must be finite", p)
             elif not (v is None or isinstance(v, (str, bool, int, float))):
-                _fail(f"attr values must be JSON scalars or lists, not {type(v).__name__}", p)
+                fail_at(f"attr values must be JSON scalars or lists, not {type(v).__name__}", p)
         return val
 
     def scan(self, o: dict, path: str, k: int, name: str) -> tuple:
@@ -350,35 +350,35 @@ class _Decoder(_ExprDecoder):
                   for f in ("init", "update", "state_placeholder", "inputs")}
         n = len(groups["update"])
         if n == 0 or len(groups["init"]) != n or len(groups["state_placeholder"]) != n:
-            _fail("init, update and state_placeholder must be non-empty and of equal length", path)
+            fail_at("init, update and state_placeholder must be non-empty and of equal length", path)
         for j, (i, u, s) in enumerate(zip(groups["init"], groups["update"], groups["state_placeholder"])):
             if not isinstance(s.op, PlaceholderOp):
-                _fail(f"state {s.name} is not a placeholder", f"{path}.state_placeholder[{j}]")
+                fail_at(f"state {s.name} is not a placeholder", f"{path}.state_placeholder[{j}]")
             if not (len(i.shape) == len(u.shape) == len(s.shape)):
-                _fail("init, update and state differ in rank", f"{path}.update[{j}]")
+                fail_at("init, update and state differ in rank", f"{path}.update[{j}]")
         return ScanOp(name, axis, groups["init"], groups["update"], groups["state_placeholder"],
                       groups["inputs"]), bound
 
     # -- references ---------------------------------------------------------
     def var_ref(self, vid: Any, path: str) -> Var:
-        if not _is_int(vid):
-            _fail(f"a variable id must be an integer, not {type(vid).__name__}", path)
+        if not is_json_int(vid):
+            fail_at(f"a variable id must be an integer, not {type(vid).__name__}", path)
         if not 0 <= vid < len(self.vars):
-            _fail(f"dangling variable id {vid} ({len(self.vars)} variables)", path)
+            fail_at(f"dangling variable id {vid} ({len(self.vars)} variables)", path)
         return self.vars[vid]
 
     def tensor_ref(self, ref: Any, path: str, before: int) -> Tensor:
         """``[op_index, value_index]`` of an op decoded before op ``before``."""
-        if not (isinstance(ref, list) and len(ref) == 2 and all(_is_int(x) for x in ref)):
-            _fail("a tensor reference must be [op_index, value_index]", path)
+        if not (isinstance(ref, list) and len(ref) == 2 and all(is_json_int(x) for x in ref)):
+            fail_at("a tensor reference must be [op_index, value_index]", path)
         k, v = ref
         if not 0 <= k < self.n_ops:
-            _fail(f"dangling op index {k} ({self.n_ops} ops)", path)
+            fail_at(f"dangling op index {k} ({self.n_ops} ops)", path)
         if k >= before:
-            _fail(f"op {k} is not before this one; ops must be in topological order (no cycles)", path)
+            fail_at(f"op {k} is not before this one; ops must be in topological order (no cycles)", path)
         op = self.ops[k]
         if not 0 <= v < op.num_outputs:
-            _fail(f"value index {v} is out of range: op {op.name} has {op.num_outputs} output(s)", path)
+            fail_at(f"value index {v} is out of range: op {op.name} has {op.num_outputs} output(s)", path)
         return op.output(v)
 
     def close_scope(self, bound: dict) -> None:
@@ -387,16 +387,16 @@ class _Decoder(_ExprDecoder):
         for vid, path, in_shape in self.refs:
             name = self.vars[vid].name
             if vid in bound and in_shape:
-                _fail(f"extent uses this op's own axis variable {name}", path)
+                fail_at(f"extent uses this op's own axis variable {name}", path)
             if vid in bound:
                 continue
             if vid in self.bound_by:
-                _fail(f"variable {name} (vars[{vid}]) is an axis of ops[{self.bound_by[vid]}], "
+                fail_at(f"variable {name} (vars[{vid}]) is an axis of ops[{self.bound_by[vid]}], "
                       "not of this op", path)
             self.free_used.setdefault(vid, path)
         for vid, path in bound.items():
             if vid in self.free_used:
-                _fail(f"variable {self.vars[vid].name} (vars[{vid}]) is used as a free variable at "
+                fail_at(f"variable {self.vars[vid].name} (vars[{vid}]) is used as a free variable at "
                       f"{self.free_used[vid]} and bound as an axis here", path)
             self.bound_by.setdefault(vid, len(self.ops))
         self.refs = []

@@ -1,9 +1,9 @@
 """The expressions of the ComputeDAG JSON wire format (see :mod:`.dag_json`).
 
-Holds the expression encoder (``Expr`` tree -> JSON, :class:`_ExprEncoder`) and the
-validating expression decoder (JSON -> ``Expr``, :class:`_ExprDecoder`, with the
+Holds the expression encoder (``Expr`` tree -> JSON, :class:`ExprEncoder`) and the
+validating expression decoder (JSON -> ``Expr``, :class:`ExprDecoder`, with the
 generic field and dtype checks it shares with the op level), the expression
-schema (``_EXPR_FIELDS``) and the error helper ``_fail``.  Both walk with an
+schema (``_EXPR_FIELDS``) and the error helper ``fail_at``.  Both walk with an
 explicit stack, so a hostile 100000-deep payload fails with InvalidWorkloadError
 instead of RecursionError.  :mod:`.dag_json` builds its ``_Encoder`` and
 ``_Decoder`` on these classes and keeps the op/tensor/DAG-level format.
@@ -12,7 +12,8 @@ instead of RecursionError.  :mod:`.dag_json` builds its ``_Encoder`` and
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.ir.expr import (
@@ -42,6 +43,8 @@ from scheduler_core.ir.expr import (
 from scheduler_core.ir.expr_functor import children
 from scheduler_core.ir.simplify import const_value
 
+from .tensor import Tensor
+
 INT_OR_BOOL = tuple(d for d in DTYPES if not is_float(d))
 FLOATS = tuple(d for d in DTYPES if is_float(d))
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -54,7 +57,8 @@ _EXPR_FIELDS = {
 }
 
 
-def _fail(message: str, path: str):
+def fail_at(message: str, path: str) -> NoReturn:
+    """Raise InvalidWorkloadError(message, path=path): ``path`` names the offending node."""
     raise InvalidWorkloadError(message, path=path)
 
 
@@ -62,9 +66,12 @@ def _fail(message: str, path: str):
 # Encoding
 # ---------------------------------------------------------------------------
 
-class _ExprEncoder:
+class ExprEncoder:
     """Expression -> JSON; the subclass provides ``var(v) -> id`` and
     ``ref(tensor, before, where) -> [op_index, value_index]``."""
+
+    var: Callable[[Var], int]
+    ref: Callable[[Any, int, str], list]
 
     def expr(self, root: Expr, k: int) -> Any:
         """Post-order with an explicit stack (te may build very deep chains)."""
@@ -110,6 +117,7 @@ class _ExprEncoder:
         if isinstance(e, TensorLoad):
             return {"kind": "load", "tensor": self.ref(e.tensor, k, f"ops[{k}]"), "indices": kids,
                     "dtype": e.dtype}
+        assert isinstance(e, Reduce)  # the only other kind _encode_children lets through
         n_src = 1 if e.condition is None else 2
         axis = [{"var": self.var(iv.var), "min": kids[n_src + 2 * j], "extent": kids[n_src + 2 * j + 1]}
                 for j, iv in enumerate(e.axis)]
@@ -125,7 +133,7 @@ def _encode_children(e: Any, k: int) -> list:
         return out
     if not isinstance(e, (IntImm, FloatImm, Var, BinaryOp, CmpOp, LogicalOp, Not, Select, Cast,
                           Call, TensorLoad)):
-        _fail(f"{type(e).__name__} cannot appear in a ComputeDAG", f"ops[{k}]")
+        fail_at(f"{type(e).__name__} cannot appear in a ComputeDAG", f"ops[{k}]")
     return list(children(e))
 
 
@@ -133,7 +141,8 @@ def _encode_children(e: Any, k: int) -> list:
 # Decoding
 # ---------------------------------------------------------------------------
 
-def _is_int(x: Any) -> bool:
+def is_json_int(x: Any) -> bool:
+    """Whether ``x`` is a JSON integer (a Python int that is not a bool)."""
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -144,41 +153,50 @@ def _int_range(dtype: str) -> tuple[int, int]:
     return (0, 2**bits - 1) if dtype.startswith("uint") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
-class _ExprDecoder:
+class ExprDecoder:
     """JSON -> expression, validating; the subclass sets the counters and scope
     (``nodes``, ``max_nodes``, ``max_depth``, ``refs``, ``bound``) and provides
     ``var_ref``, ``tensor_ref`` and ``bind``."""
+
+    nodes: int
+    max_nodes: int
+    max_depth: int
+    refs: list
+    bound: dict
+    var_ref: Callable[[Any, str], Var]  # (vars index, path) -> Var
+    tensor_ref: Callable[[Any, str, int], Tensor]  # ([op, value_index], path, before) -> Tensor
+    bind: Callable[[dict, Any, str], Var]  # (scope, vars index, path) -> the bound axis Var
 
     # -- generic checks ----------------------------------------------------
     def count(self, path: str) -> None:
         self.nodes += 1
         if self.nodes > self.max_nodes:
-            _fail(f"payload has more than max_nodes={self.max_nodes} nodes", path)
+            fail_at(f"payload has more than max_nodes={self.max_nodes} nodes", path)
 
     def fields(self, obj: Any, path: str, required: tuple, what: str) -> dict:
         if not isinstance(obj, dict):
-            _fail(f"{what} must be a JSON object, not {type(obj).__name__}", path)
+            fail_at(f"{what} must be a JSON object, not {type(obj).__name__}", path)
         for f in required:
             if f not in obj:
-                _fail(f"{what} is missing field {f!r}", path)
+                fail_at(f"{what} is missing field {f!r}", path)
         extra = sorted(str(f) for f in obj if f not in required)
         if extra:
-            _fail(f"{what} has unknown field(s) {', '.join(map(repr, extra))}", path)
+            fail_at(f"{what} has unknown field(s) {', '.join(map(repr, extra))}", path)
         return obj
 
     def typed(self, obj: dict, key: str, path: str, kind: type) -> Any:
         val = obj[key]
-        ok = _is_int(val) if kind is int else isinstance(val, kind)
+        ok = is_json_int(val) if kind is int else isinstance(val, kind)
         if not ok:
-            _fail(f"must be a {kind.__name__}, not {type(val).__name__}", f"{path}.{key}" if path else key)
+            fail_at(f"must be a {kind.__name__}, not {type(val).__name__}", f"{path}.{key}" if path else key)
         return val
 
     def dtype(self, obj: dict, path: str, allowed=DTYPES) -> str:
         d = obj["dtype"]
         if not isinstance(d, str) or d not in DTYPES:
-            _fail(f"unknown dtype {d!r}", f"{path}.dtype")
+            fail_at(f"unknown dtype {d!r}", f"{path}.dtype")
         if d not in allowed:
-            _fail(f"dtype {d} is not allowed here", f"{path}.dtype")
+            fail_at(f"dtype {d} is not allowed here", f"{path}.dtype")
         return d
 
     def array(self, obj: dict, key: str, path: str) -> list:
@@ -201,18 +219,18 @@ class _ExprDecoder:
                 continue
             self.count(p)
             if d > self.max_depth:
-                _fail(f"expression nested deeper than max_depth={self.max_depth}", p)
-            if _is_int(o):
+                fail_at(f"expression nested deeper than max_depth={self.max_depth}", p)
+            if is_json_int(o):
                 vals.append(self.int_const(o, "int32", p))
                 continue
             if isinstance(o, float):
-                _fail("a bare number in an expression must be an integer; write floats as "
+                fail_at("a bare number in an expression must be an integer; write floats as "
                       "{\"kind\": \"float\", ...}", p)
             kind = self.expr_kind(o, p)
             if kind == "reduce" and not (allow_reduce and p == path):
-                _fail("a reduction may only be the whole body of a compute", p)
+                fail_at("a reduction may only be the whole body of a compute", p)
             if kind == "load" and no_load:
-                _fail("tensor reads are not allowed in shapes or extents", p)
+                fail_at("tensor reads are not allowed in shapes or extents", p)
             kids = self.expr_children(kind, o, p)
             stack.append((True, o, p, (kind, len(kids)), no_load))
             stack.extend((False, c, cp, d + 1, no_load or nl) for c, cp, nl in reversed(kids))
@@ -220,10 +238,10 @@ class _ExprDecoder:
 
     def expr_kind(self, o: Any, path: str) -> str:
         if not isinstance(o, dict):
-            _fail(f"an expression must be an integer or an object, not {type(o).__name__}", path)
+            fail_at(f"an expression must be an integer or an object, not {type(o).__name__}", path)
         kind = o.get("kind")
         if not isinstance(kind, str) or kind not in _EXPR_FIELDS:
-            _fail(f"unknown expression kind {kind!r}", f"{path}.kind")
+            fail_at(f"unknown expression kind {kind!r}", f"{path}.kind")
         self.fields(o, path, ("kind",) + _EXPR_FIELDS[kind], f"a {kind} expression")
         return kind
 
@@ -252,11 +270,11 @@ class _ExprDecoder:
         return []
 
     def int_const(self, value: Any, dtype: str, path: str) -> IntImm:
-        if not _is_int(value):
-            _fail(f"an integer constant needs an integer value, not {value!r}", path)
+        if not is_json_int(value):
+            fail_at(f"an integer constant needs an integer value, not {value!r}", path)
         lo, hi = _int_range(dtype)
         if not lo <= value <= hi:
-            _fail(f"{value} is out of range for {dtype}", path)
+            fail_at(f"{value} is out of range for {dtype}", path)
         return IntImm(value, dtype)
 
     def build(self, kind: str, o: dict, p: str, kids: list, k: int, no_load: bool) -> Expr:
@@ -271,12 +289,12 @@ class _ExprDecoder:
         if kind in ("binary", "cmp", "logical"):
             ops = {"binary": BINARY_OPS, "cmp": CMP_OPS, "logical": ("and", "or")}[kind]
             if o["op"] not in ops:
-                _fail(f"unknown {kind} op {o['op']!r}", f"{p}.op")
+                fail_at(f"unknown {kind} op {o['op']!r}", f"{p}.op")
             a, b = kids
             if kind == "logical":
                 return LogicalOp(o["op"], a, b)
             if a.dtype != b.dtype:
-                _fail(f"operands have dtypes {a.dtype} and {b.dtype}", p)
+                fail_at(f"operands have dtypes {a.dtype} and {b.dtype}", p)
             if kind == "cmp":
                 return CmpOp(o["op"], a, b)
             return BinaryOp(o["op"], a, b, self.same_dtype(o, p, a.dtype))
@@ -284,15 +302,15 @@ class _ExprDecoder:
             return Not(kids[0])
         if kind == "select":
             if kids[1].dtype != kids[2].dtype:
-                _fail(f"branches have dtypes {kids[1].dtype} and {kids[2].dtype}", p)
+                fail_at(f"branches have dtypes {kids[1].dtype} and {kids[2].dtype}", p)
             return Select(kids[0], kids[1], kids[2], self.same_dtype(o, p, kids[1].dtype))
         if kind == "cast":
             return Cast(kids[0], self.dtype(o, p))
         if kind == "call":
             if o["name"] not in INTRINSICS:
-                _fail(f"unknown intrinsic {o['name']!r}", f"{p}.name")
+                fail_at(f"unknown intrinsic {o['name']!r}", f"{p}.name")
             if len(kids) != 1:
-                _fail(f"intrinsic {o['name']} takes 1 argument, got {len(kids)}", f"{p}.args")
+                fail_at(f"intrinsic {o['name']} takes 1 argument, got {len(kids)}", f"{p}.args")
             return Call(o["name"], tuple(kids), self.dtype(o, p))
         if kind == "load":
             return self.load(o, p, kids, k)
@@ -302,29 +320,29 @@ class _ExprDecoder:
         if isinstance(value, str) and value in _NON_FINITE:
             return _NON_FINITE[value]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            _fail(f"a float constant needs a number or \"inf\"/\"-inf\"/\"nan\", not {value!r}", path)
+            fail_at(f"a float constant needs a number or \"inf\"/\"-inf\"/\"nan\", not {value!r}", path)
         return float(value)
 
     def same_dtype(self, o: dict, p: str, expected: str) -> str:
         d = self.dtype(o, p)
         if d != expected:
-            _fail(f"dtype {d} differs from its operands' {expected}", f"{p}.dtype")
+            fail_at(f"dtype {d} differs from its operands' {expected}", f"{p}.dtype")
         return d
 
     def load(self, o: dict, p: str, kids: list, k: int) -> Expr:
         t = self.tensor_ref(o["tensor"], f"{p}.tensor", k)
         if len(kids) != len(t.shape):
-            _fail(f"tensor {t.name} has {len(t.shape)} dimensions, read with {len(kids)} indices",
+            fail_at(f"tensor {t.name} has {len(t.shape)} dimensions, read with {len(kids)} indices",
                   f"{p}.indices")
         for j, idx in enumerate(kids):
             if not is_int(idx.dtype):
-                _fail(f"index has dtype {idx.dtype}; indices must be integers", f"{p}.indices[{j}]")
+                fail_at(f"index has dtype {idx.dtype}; indices must be integers", f"{p}.indices[{j}]")
         self.same_dtype(o, p, t.dtype)
         return TensorLoad(t, tuple(kids), t.dtype)
 
     def reduce(self, o: dict, p: str, kids: list) -> Expr:
         if o["combiner"] not in REDUCERS:
-            _fail(f"unknown reducer {o['combiner']!r}", f"{p}.combiner")
+            fail_at(f"unknown reducer {o['combiner']!r}", f"{p}.combiner")
         n_src = 1 if o["condition"] is None else 2
         axes = []
         for j, ax in enumerate(o["axis"]):
@@ -332,13 +350,13 @@ class _ExprDecoder:
             lo, ext = kids[n_src + 2 * j], kids[n_src + 2 * j + 1]
             for e, f in ((lo, "min"), (ext, "extent")):
                 if not is_int(e.dtype):
-                    _fail(f"must be an integer expression, not {e.dtype}", f"{ap}.{f}")
+                    fail_at(f"must be an integer expression, not {e.dtype}", f"{ap}.{f}")
             value = const_value(ext)
             if value is not None and value < 0:
-                _fail(f"reduce extent is negative ({value})", f"{ap}.extent")
+                fail_at(f"reduce extent is negative ({value})", f"{ap}.extent")
             axes.append(IterVar(self.bind(self.bound, ax["var"], f"{ap}.var"), lo, ext, "reduce"))
         if not axes:
-            _fail("a reduction needs at least one axis", f"{p}.axis")
+            fail_at("a reduction needs at least one axis", f"{p}.axis")
         source = kids[0]
         cond = kids[1] if n_src == 2 else None
         return Reduce(o["combiner"], source, tuple(axes), cond, self.same_dtype(o, p, source.dtype))

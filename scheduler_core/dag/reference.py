@@ -27,7 +27,7 @@ identity of a ``max`` reduction is the lowest finite value (``te.min_value``).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -68,7 +68,7 @@ _CMP = {
     "gt": np.greater, "ge": np.greater_equal,
 }
 _erf = np.vectorize(math.erf, otypes=[np.float64])
-_UNARY = {
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),
     "tanh": np.tanh, "sigmoid": lambda x: np.reciprocal(1 + np.exp(-x)), "fabs": np.abs,
     "abs": np.abs, "erf": _erf, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
@@ -332,6 +332,7 @@ class _DagEvaluator:
         for start in range(mn, mn + n, step):
             part = self._eval_block(op, spans, [(start, min(mn + n, start + step))] + red_spans[1:])
             acc = part if acc is None else combine(acc, part)
+        assert acc is not None  # step < n: at least one chunk
         return acc
 
     def _eval_block(self, op: ComputeOp, spans: list, red_spans: list) -> np.ndarray:

@@ -70,7 +70,7 @@ class BufferInfo:
 
 
 def _row_major(shape, align=()) -> tuple:
-    strides = [IntImm(1)] * len(shape)
+    strides: list[Expr] = [IntImm(1)] * len(shape)
     acc: Expr = IntImm(1)
     aligned = {a: (f, o) for a, f, o in align}
     for d in range(len(shape) - 1, -1, -1):
@@ -105,11 +105,11 @@ class _Plan:
             self.op_stage[id(st.op)] = k
         self._scan_setup()
         self._attach_setup()
-        self.leaf_vars = {}
-        self.root_vals = {}
-        self.guards = {}
-        self.regions = {}
-        self.leaf_ext = {}
+        self.leaf_vars: dict[int, dict] = {}  # stage id -> {leaf iterator name: Var}
+        self.root_vals: dict[int, dict] = {}  # stage id -> {root var name: value of the leaves}
+        self.guards: dict[int, list] = {}  # stage id -> conditions of non-divisible splits
+        self.regions: dict[int, list] = {}  # stage id -> [Interval] per output dimension
+        self.leaf_ext: dict[int, dict] = {}  # stage id -> {leaf iterator name: extent}
         self.buffers: dict = {}  # tensor key -> BufferInfo
         self.allocs_root: list = []
         self.allocs_at: dict = {}  # stage id -> BufferInfo to allocate at its attach point
@@ -247,7 +247,7 @@ class _Plan:
         self.regions[k] = self._region_from_consumers(k)
 
     def _scan_updates(self):
-        out = []
+        out: list = []
         for st in self.stages:
             if isinstance(st.op, ScanOp):
                 out.extend(st.op.update)

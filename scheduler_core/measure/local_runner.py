@@ -264,6 +264,7 @@ def _cached_data(specs: list, data_file: str | None) -> tuple:
     if key in _data_cache:
         _data_cache.move_to_end(key)
         return _data_cache[key]
+    value: tuple[list, list | None]
     if data_file:
         with np.load(data_file) as f:
             n_in = sum(1 for s in specs if not s[3])

@@ -215,6 +215,7 @@ class PopenPool:
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
         by_conn = {w.recv_conn: w for w in self._workers if w.task or not w.ready}
         for conn in wait(list(by_conn), timeout):
+            assert isinstance(conn, Connection)  # wait() returns some of the objects it was given
             w = by_conn[conn]
             try:
                 msg = conn.recv()
@@ -244,6 +245,7 @@ class PopenPool:
         return start_failures
 
     def _finish(self, w: _Worker, outcomes: list, status: str, value: Any) -> None:
+        assert w.task is not None  # only a busy worker finishes a task
         index, start, _ = w.task
         outcomes[index] = TaskOutcome(status, value, time.perf_counter() - start)
         w.task = None

@@ -273,7 +273,8 @@ class RecordReader:
 
     def read_lines(self, max_lines: int | None = None, skip_lines: int = 0) -> tuple[list, list]:
         """``(inputs, results)`` of up to ``max_lines`` records after the first ``skip_lines``."""
-        inputs, results = [], []
+        inputs: list = []
+        results: list = []
         for k, (inp, res) in enumerate(self):
             if k < skip_lines:
                 continue

@@ -74,6 +74,7 @@ def unroll_copies(loop: T.For) -> T.Stmt:
     The loop must have a constant extent; an extent of 0 gives an empty SeqStmt.
     """
     n = const_extent(loop)
+    assert n is not None, "unroll_copies needs a constant extent"
     copies = [substitute_stmt(loop.body, {loop.loop_var: ES.simplify(loop.min + i)})
               for i in range(n)]
     return T.seq(*copies) if copies else T.SeqStmt(())

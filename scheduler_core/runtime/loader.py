@@ -66,6 +66,7 @@ def _load_shared(path: Path, entry_name: str | None, object_code: bytes | None =
         address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
     except (OSError, AttributeError, ValueError) as err:
         raise BuildError(f"cannot load {path}: {err}") from err
+    assert address is not None  # a symbol that dlsym found is not at address 0
     signature = Signature.from_meta_json(ctypes.string_at(meta_addr).decode())
     return Module(signature, address, keepalive=lib, object_code=object_code)
 

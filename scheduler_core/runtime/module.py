@@ -105,7 +105,7 @@ class Module:
         if code != 0:
             raise DeviceRuntimeError(f"{self.entry_name} returned {code} (nonzero means failure)")
 
-    def time_evaluator(self, func_name: str, dev: Device, number: int = 10, repeat: int = 1,
+    def time_evaluator(self, func_name: str, dev: Device | str, number: int = 10, repeat: int = 1,
                        min_repeat_ms: float = 0, enable_cpu_cache_flush: bool = False) -> Callable:
         """TVM's ``time_evaluator``: a callable ``f(*args) -> ProfileResult`` (seconds).
 

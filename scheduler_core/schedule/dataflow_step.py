@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from scheduler_core.base.errors import ScheduleError, check
 from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
 from scheduler_core.ir.expr import (
+    Expr,
     IntImm,
     IterVar,
     Reduce,
@@ -132,7 +133,7 @@ class CacheReadStep:
         check(st.op.num_outputs == 1, "cache_read of a multi-output op is not supported")
         t = st.op.output(0)
         readers = set(self.reader_stage_ids)
-        check(readers, "cache_read needs at least one reader")
+        check(bool(readers), "cache_read needs at least one reader")
         for r in readers:
             check(0 <= r < len(state.stages) and any(
                 _key(x) == _key(t) for x in state.stages[r].op.input_tensors()),
@@ -230,6 +231,7 @@ class RfactorStep:
                     for i in reduce_leaves if i.name != it.name)
         spatial = list(op.axis)
         spatial.insert(self.factor_iter_id, rf_axis)
+        rf_body: Expr
         if red:
             rf_body = Reduce(body.combiner, src, red, cond, body.dtype)
         else:

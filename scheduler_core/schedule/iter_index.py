@@ -101,7 +101,7 @@ def root_values_with_guards(stage: Stage, leaf_vals: dict, root_extents: dict | 
                     continue
                 raise KeyError(f"no value for fused iterator {rel.fused}")
             f = vals[rel.fused]
-            inner = IntImm(1)
+            inner: Expr = IntImm(1)
             for c in reversed(rel.children):
                 e = ext[c]
                 v = f // inner if const_value(inner) != 1 else f

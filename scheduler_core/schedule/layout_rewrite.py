@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp
 from scheduler_core.ir.bound import linear_form
-from scheduler_core.ir.expr import IntImm, IterVar, TensorLoad, Var, as_expr
+from scheduler_core.ir.expr import Expr, IntImm, IterVar, TensorLoad, Var, as_expr
 from scheduler_core.ir.expr_functor import transform, walk
 from scheduler_core.ir.simplify import const_value
 
@@ -71,7 +71,7 @@ def _rewrite_one(state: State, k: int, tensor) -> State:
     strides = _leaf_strides(st)
     if strides is None:
         return state
-    index_roots = [root_vars[i] for i in pattern[0]]
+    index_roots = [root_vars[i] for i in pattern[0] if i is not None]  # (no None: checked above)
     used = {iv.var.name for iv in index_roots}
     leaf_info = {name: (root, coef, e) for root, parts in strides.items() if root in used
                  for name, coef, e in parts}
@@ -81,7 +81,7 @@ def _rewrite_one(state: State, k: int, tensor) -> State:
     shape = tuple(IntImm(leaf_info[d][2]) for d in dims)
     axes = tuple(IterVar(Var(f"ax{n}"), IntImm(0), s, "spatial") for n, s in enumerate(shape))
     # The transform stage: layout[ax...] = B[root values composed from the leaves].
-    root_expr = {}
+    root_expr: dict[str, Expr] = {}
     for d, ax in zip(dims, axes):
         root, coef, _ = leaf_info[d]
         term = ax.var * coef if coef != 1 else ax.var
@@ -116,7 +116,9 @@ def _rewrite_one(state: State, k: int, tensor) -> State:
 def _root_extent(stage, root: str) -> int:
     for iv in stage.root:
         if iv.var.name == root:
-            return const_value(iv.dom_extent)
+            ext = const_value(iv.dom_extent)
+            assert isinstance(ext, int)  # _leaf_strides accepted the stage: every extent is constant
+            return ext
     raise KeyError(root)
 
 

@@ -52,7 +52,8 @@ class Iterator:
 
     @property
     def const_extent(self) -> int | None:
-        return None if self.extent is None else const_value(self.extent)
+        v = None if self.extent is None else const_value(self.extent)
+        return v if isinstance(v, int) else None
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,8 @@ def scan_body_stages(state: "State") -> dict:
 
 def const_int(e: Any, what: str) -> int:
     v = const_value(e)
-    check(isinstance(v, int), f"{what} must be a constant integer, got {e}")
+    if not isinstance(v, int):
+        raise ScheduleError(f"{what} must be a constant integer, got {e}")
     return v
 
 

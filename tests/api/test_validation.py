@@ -148,6 +148,7 @@ def _send(client, body):
     return client.post("/tasks", json=body)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name,body,status,needle", HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_payload_gets_4xx_naming_the_problem(client, name, body, status, needle):
     r = _send(client, body)
@@ -159,6 +160,7 @@ def test_table_is_big_enough():
     assert len(HOSTILE) >= 20
 
 
+@pytest.mark.integration
 def test_invalid_dag_names_the_path(client):
     r = _send(client, HOSTILE[10][1])
     body = r.json()
@@ -166,6 +168,7 @@ def test_invalid_dag_names_the_path(client):
     assert body["error"] == "InvalidWorkloadError" and body["path"] == "ops[4].body.b.tensor"
 
 
+@pytest.mark.integration
 def test_target_typo_is_a_422_naming_the_close_cpu_names(client):
     r = client.post("/tasks", json={**payload(), "target": "llvm -mcpu=skylake-avx51"})
     assert r.status_code == 422, r.text[:500]
@@ -181,6 +184,7 @@ def test_target_with_cpu_and_cores_passes_the_schema_in_canonical_form():
     assert TaskCreate.model_validate({"dag": dag_dict(), "target": body.target}).target == body.target
 
 
+@pytest.mark.integration
 def test_valid_post_creates_task_and_queued_job(client):
     dag = dag_dict(32, 32, 32)
     r = client.post("/tasks", json={"dag": dag, "target": "llvm -mcpu=skylake", "tuning": {"num_measure_trials": 8}})
@@ -198,6 +202,7 @@ def test_valid_post_creates_task_and_queued_job(client):
     assert client.get(f"/tasks/{created['task_id']}/artifact", params={"format": "exe"}).status_code == 422
 
 
+@pytest.mark.integration
 def test_resume_conflicts_while_active_then_reuses_the_task(client):
     created = client.post("/tasks", json=payload(48)).json()
     task_id, job_id = created["task_id"], created["job_id"]
@@ -219,12 +224,14 @@ def test_resume_conflicts_while_active_then_reuses_the_task(client):
     ("GET", "/tasks/nope/artifact"), ("POST", "/tasks/nope/resume"), ("GET", "/jobs/nope"),
     ("DELETE", "/jobs/nope"),
 ])
+@pytest.mark.integration
 def test_unknown_ids_are_404(client, method, path):
     kw = {"json": {"num_measure_trials": 4}} if method == "POST" else {}
     r = client.request(method, path, **kw)
     assert r.status_code == 404 and "nope" in r.json()["detail"]
 
 
+@pytest.mark.integration
 def test_auth_on(redis_url):
     client = TestClient(create_app(_settings(redis_url, api_token="s3cret")))
     assert client.get("/healthz").json() == {"status": "ok", "redis": True}
@@ -241,11 +248,13 @@ def test_auth_on(redis_url):
     assert client.get(f"/jobs/{created.json()['job_id']}", headers=ok).status_code == 200
 
 
+@pytest.mark.integration
 def test_auth_off(client):
     assert client.get("/healthz").status_code == 200
     assert client.get("/tasks/nope").status_code == 404   # not 401
 
 
+@pytest.mark.integration
 def test_client_wraps_the_api(redis_url):
     app = create_app(_settings(redis_url, api_token="tok"))
     api = Client(token="tok", http=TestClient(app))
@@ -261,6 +270,7 @@ def test_client_wraps_the_api(redis_url):
     assert err.value.status == 422 and "unknown target" in json.dumps(err.value.detail)
 
 
+@pytest.mark.integration
 def test_records_best_and_artifact_of_a_stored_record(client, redis_url):
     """A record written through the real RedisStore (as the tune job writes it) is served back."""
     from scheduler_core.measure.data import MeasureInput, MeasureResult

@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the embedded Redis and RQ worker processes, in a child
+
 
 @pytest.mark.parametrize("measure", ["local", "queue"])
 def test_tune_command_runs_the_queue_path_and_writes_the_best(tmp_path, measure):

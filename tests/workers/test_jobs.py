@@ -26,6 +26,8 @@ from workers.store import RedisStore
 N = 32
 TUNING = {"num_measures_per_round": 3, "population": 64, "num_iters": 1, "seed": 0, "min_repeat_ms": 10}
 
+pytestmark = pytest.mark.integration  # real Redis / RQ worker processes
+
 
 def _work(conn) -> None:
     SimpleWorker([tune_queue(conn)], connection=conn, serializer=JSONSerializer).work(burst=True)

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import pytest
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
@@ -16,6 +17,8 @@ from tests.workloads import matmul_add
 from workers.processes import start_worker_process
 from workers.queues import enqueue_tune, measure_queue_name
 from workers.store import RedisStore
+
+pytestmark = pytest.mark.integration  # real Redis / RQ worker processes
 
 
 def _kill_tree(pid: int) -> None:

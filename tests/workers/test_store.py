@@ -19,6 +19,7 @@ from scheduler_core.measure.data import MeasureErrorNo, MeasureInput, MeasureRes
 from scheduler_core.measure.record import encode_record
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.schedule_api import Schedule
+from scheduler_core.search.tuning_options import TuningOptions
 from tests.workloads import matmul_add
 from workers import keys
 from workers.store import JobCancelled, RedisRecordSink, RedisStore
@@ -49,6 +50,7 @@ def test_keys_share_one_prefix_and_normalize_targets():
     assert keys.records("w", "llvm  -num-cores=1") == keys.records("w", "llvm -num-cores=1")
 
 
+@pytest.mark.integration
 def test_same_workload_and_target_reuse_the_task(conn):
     store, dag = RedisStore(conn), _dag()
     tid, wk = store.create_task(dag.to_json(), "llvm", {"num_measure_trials": 4})
@@ -56,7 +58,8 @@ def test_same_workload_and_target_reuse_the_task(conn):
     tid2, wk2 = store.create_task(json.loads(dag.to_json()), "llvm", {"num_measure_trials": 9})
     assert (tid2, wk2) == (tid, wk)
     task = store.get_task(tid)
-    assert task["workload_key"] == wk and task["target"] == "llvm" and task["tuning"] == {"num_measure_trials": 9}
+    assert task["workload_key"] == wk and task["target"] == "llvm"
+    assert task["tuning"] == TuningOptions(num_measure_trials=9).to_json()  # every field, defaults included
     tid3, _ = store.create_task(dag, "llvm -num-cores=1")
     assert tid3 != tid and store.task_for_workload(wk, "llvm  -num-cores=1") == tid3
     tid4, wk4 = store.create_task(_dag(16), "llvm")
@@ -67,6 +70,7 @@ def test_same_workload_and_target_reuse_the_task(conn):
         store.create_task('{"not": "a dag"}', "llvm")
 
 
+@pytest.mark.integration
 def test_job_states_progress_and_cancel(conn):
     store = RedisStore(conn)
     tid, _ = store.create_task(_dag(), "llvm")
@@ -92,6 +96,7 @@ def test_job_states_progress_and_cancel(conn):
         store.set_job_state(jid, "sleeping")
 
 
+@pytest.mark.integration
 def test_records_round_trip_and_page(conn):
     store, dag = RedisStore(conn), _dag()
     wk = dag.workload_key
@@ -110,6 +115,7 @@ def test_records_round_trip_and_page(conn):
     assert len(set(store.step_records(wk, "llvm"))) == 4
 
 
+@pytest.mark.integration
 def test_update_best_keeps_the_minimum_under_concurrent_writers(conn):
     store = RedisStore(conn)
     assert store.best_record("w", "llvm") is None
@@ -127,6 +133,7 @@ def test_update_best_keeps_the_minimum_under_concurrent_writers(conn):
     assert store.best_record("w", "llvm") == (0.5e-3, "record-0.0005")
 
 
+@pytest.mark.integration
 def test_artifacts_and_model_snapshots_are_bytes(conn):
     store = RedisStore(conn)
     blob = bytes(range(256)) * 4
@@ -141,6 +148,7 @@ class _Task:
         self.compute_dag, self.workload_key, self.target = dag, dag.workload_key, "llvm"
 
 
+@pytest.mark.integration
 def test_record_sink_writes_a_batch_best_and_progress(conn):
     store, dag = RedisStore(conn), _dag()
     tid, wk = store.create_task(dag, "llvm")
