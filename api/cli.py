@@ -17,7 +17,6 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 import uvicorn
@@ -72,7 +71,7 @@ def follow_job(store: RedisStore, job_id: str, poll_s: float = 0.5) -> dict:
 
 @app.command()
 def worker(queues: list[str] = typer.Option([TUNE_QUEUE], "--queues", "-q", help="queues to listen to"),
-           url: Optional[str] = _URL,
+           url: str | None = _URL,
            burst: bool = typer.Option(False, help="exit when the queues are empty")) -> None:
     """Run an RQ worker on ``queues`` (JSON serializer; job arguments are ids and JSON)."""
     Worker(list(queues), connection=get_connection(url), serializer=JSONSerializer).work(burst=burst)
@@ -87,7 +86,7 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
          measure: str = typer.Option("local", help="'local' (in the search job) or 'queue' (measurement "
                                                   "workers on the device queue)"),
          out: Path = typer.Option(Path("autosched_out"), help="where the best schedule and artifact go"),
-         url: Optional[str] = _URL) -> None:
+         url: str | None = _URL) -> None:
     """Tune one workload through the queue: task -> RQ job -> worker process -> records in Redis."""
     if measure not in ("local", "queue"):
         raise typer.BadParameter("--measure must be 'local' or 'queue'")
@@ -151,7 +150,7 @@ def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
 @app.command()
 def submit(workload: Path, target: str = typer.Option("llvm"), trials: int = typer.Option(64, min=1),
            wait: bool = typer.Option(True, help="follow the job until it ends"),
-           server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
+           server: str = _SERVER, token: str | None = _TOKEN) -> None:
     """POST a ComputeDAG JSON file as a search task."""
     with Client(server, token=token) as c:
         created = c.create_task(workload.read_text(), target=target, num_measure_trials=trials)
@@ -161,14 +160,14 @@ def submit(workload: Path, target: str = typer.Option("llvm"), trials: int = typ
 
 
 @app.command()
-def status(job_id: str, server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
+def status(job_id: str, server: str = _SERVER, token: str | None = _TOKEN) -> None:
     """A job's state, trials done/total, best latency and error counts."""
     with Client(server, token=token) as c:
         _print(c.job(job_id))
 
 
 @app.command()
-def best(task_id: str, server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
+def best(task_id: str, server: str = _SERVER, token: str | None = _TOKEN) -> None:
     """The best schedule of a task: latency, steps, Python schedule code."""
     with Client(server, token=token) as c:
         b = c.best(task_id)
@@ -177,8 +176,8 @@ def best(task_id: str, server: str = _SERVER, token: Optional[str] = _TOKEN) -> 
 
 
 @app.command()
-def artifact(task_id: str, format: str = typer.Option("so", "--format"), out: Optional[Path] = None,
-             server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
+def artifact(task_id: str, format: str = typer.Option("so", "--format"), out: Path | None = None,
+             server: str = _SERVER, token: str | None = _TOKEN) -> None:
     """Download the compiled best program (so | o | ll | asm)."""
     with Client(server, token=token) as c:
         data = c.artifact(task_id, format)
@@ -189,21 +188,21 @@ def artifact(task_id: str, format: str = typer.Option("so", "--format"), out: Op
 
 @app.command()
 def resume(task_id: str, trials: int = typer.Option(32, min=1), server: str = _SERVER,
-           token: Optional[str] = _TOKEN) -> None:
+           token: str | None = _TOKEN) -> None:
     """Continue a task's search with more trials (measured states are never re-measured)."""
     with Client(server, token=token) as c:
         _print(c.resume(task_id, trials))
 
 
 @records_app.command("import")
-def records_import(path: Path, url: Optional[str] = _URL) -> None:
+def records_import(path: Path, url: str | None = _URL) -> None:
     """Append a record file (RecordToFile's JSON lines) to Redis: DAGs, records, best index."""
     n = import_record_file(RedisStore(get_connection(url)), path)
     typer.echo(f"imported {n} records from {path}")
 
 
 @records_app.command("export")
-def records_export(task_id: str, out: Path, server: str = _SERVER, token: Optional[str] = _TOKEN) -> None:
+def records_export(task_id: str, out: Path, server: str = _SERVER, token: str | None = _TOKEN) -> None:
     """Write a task's records as JSON lines (the same format as RecordToFile)."""
     parts, offset, page = [], 0, 1000
     with Client(server, token=token) as c:

@@ -147,7 +147,7 @@ class LGBMModel(CostModel):
             groups.setdefault(_task_key(inp.task), []).append(k)
         preds = np.zeros(len(inputs))
         gid = np.zeros(len(inputs), np.int64)
-        for g, (key, idx) in enumerate(groups.items()):
+        for g, idx in enumerate(groups.values()):
             task = inputs[idx[0]].task
             preds[idx] = self.predict(task, [inputs[k].state for k in idx])
             gid[idx] = g
@@ -169,7 +169,7 @@ class LGBMModel(CostModel):
         for k, inp in enumerate(inputs):
             by_task.setdefault(_task_key(inp.task), []).append(k)
         feats: list = [None] * len(inputs)
-        for key, idx in by_task.items():
+        for idx in by_task.values():
             fs = get_per_store_features_from_states(inputs[idx[0]].task, [inputs[k].state for k in idx])
             for k, f in zip(idx, fs):
                 feats[k] = f

@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(ROOT))
 
-from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.compute_dag import ComputeDAG  # noqa: E402  (after the sys.path line above)
 from tests import workloads as W  # noqa: E402
 
 # file name -> constructor of the tensor list (inputs, then outputs)

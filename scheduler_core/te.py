@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -226,7 +226,7 @@ def apply_mutation(policy, state, rng, rules=DEFAULT_MUTATION_RULES):
     if total <= 0:
         return None
     x = float(rng.random()) * total
-    for rule, w in zip(rules, weights):
+    for rule, w in zip(rules, weights):  # noqa: B007  (the rule at the break is used below)
         if x < w:
             break
         x -= w

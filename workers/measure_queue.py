@@ -99,8 +99,8 @@ class QueueRunner:
             job = Job.fetch(job.id, connection=self.conn, serializer=JSONSerializer)
             status = job.get_status(refresh=True)
             if status == "finished":
-                return [MeasureResult(tuple(r["costs"]) or (FAILED_COST_S,), r["error_no"], r["error_msg"], r["all_cost"],
-                                      r["timestamp"]) for r in job.return_value()]
+                return [MeasureResult(tuple(r["costs"]) or (FAILED_COST_S,), r["error_no"], r["error_msg"],
+                                      r["all_cost"], r["timestamp"]) for r in job.return_value()]
             if status in ("failed", "canceled", "stopped") and not job.retries_left:
                 break
             time.sleep(self.poll_s)

@@ -17,7 +17,8 @@ import json
 import os
 import time
 import uuid
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import redis
 

@@ -39,6 +39,7 @@ table of CPU names lives here:
 
 from __future__ import annotations
 
+import builtins
 import ctypes.util
 import difflib
 import functools
@@ -452,7 +453,7 @@ class Target:
         parts += [f"-{k}={v}" for k, v in self.options]
         return " ".join(parts)
 
-    def __str__(self) -> str:
+    def __str__(self) -> builtins.str:  # ``str`` is the property above inside this class
         return self.str
 
     @property
@@ -461,7 +462,7 @@ class Target:
         return self.mcpu == host_cpu() and not self.mattr
 
     @property
-    def _mattr_text(self) -> str:
+    def _mattr_text(self) -> builtins.str:
         return ",".join(self.mattr)
 
     @property
@@ -544,13 +545,13 @@ class HardwareParams:
     max_innermost_split_factor: int = 64
 
     @staticmethod
-    def for_target(target: "Target") -> "HardwareParams":
+    def for_target(target: Target) -> HardwareParams:
         """The parameters of ``target``: its ``-num-cores`` (default: this machine's CPUs) and vector width."""
         cores = target.num_cores or os.cpu_count() or 1
         return HardwareParams(cores, target.vector_unit_bytes, 64, 64)
 
 
-_INITIALIZED = []
+_INITIALIZED: list[bool] = []
 
 
 def init_llvm() -> None:

@@ -81,7 +81,7 @@ class CompiledFunction:
         return fn
 
 
-def compile_primfunc(func: T.PrimFunc, target: "str | Target" = "llvm") -> CompiledFunction:
+def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm") -> CompiledFunction:
     """Compile ``func`` for the CPU and JIT it.
 
     ``func`` comes from the driver after the unroll and vectorize passes (they run once,

@@ -26,7 +26,7 @@ from . import llvm_types as L
 FUNCS = ("exp", "log", "sin", "cos", "tanh", "erf", "exp2", "log2", "log10", "pow")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _libmvec():
     """The loaded libmvec (visible to the JIT), or ``None`` when it is missing."""
     path = ctypes.util.find_library("mvec") or "libmvec.so.1"

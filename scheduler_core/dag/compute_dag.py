@@ -13,8 +13,8 @@ operation reachable from the outputs in topological order.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from functools import cached_property
-from typing import Sequence
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.ir.expr import (
@@ -131,7 +131,7 @@ class ComputeDAG:
         return canonical_dumps(dag_to_json(self))
 
     @classmethod
-    def from_json(cls, s, **limits) -> "ComputeDAG":
+    def from_json(cls, s, **limits) -> ComputeDAG:
         """Rebuild a DAG from :meth:`to_json` text (or its dict); ``limits`` are the
         keyword limits of :func:`scheduler_core.dag.dag_json.tensors_from_json`.
         Raises InvalidWorkloadError with a ``path`` on any malformed payload."""

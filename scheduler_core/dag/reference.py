@@ -27,7 +27,8 @@ identity of a ``max`` reduction is the lowest finite value (``te.min_value``).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

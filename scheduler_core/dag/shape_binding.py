@@ -7,7 +7,8 @@ DAG, and their values, from ``bindings`` or read off the inputs' dimensions.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

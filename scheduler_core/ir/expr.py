@@ -103,7 +103,7 @@ class Expr:
             "an expression has no truth value; use te.if_then_else / te.all for conditions"
         )
 
-    def astype(self, dtype: str) -> "Expr":
+    def astype(self, dtype: str) -> Expr:
         """Cast to ``dtype`` (e.g. ``"float32"``)."""
         return cast(dtype, self)
 

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
-from typing import Iterator as PyIterator
+from collections.abc import Callable, Iterable
+from collections.abc import Iterator as PyIterator
+from typing import Any
 
 import numpy as np
 

@@ -8,7 +8,8 @@ rewrites (``floordiv(j0*16 + j1, 16) -> j0``) are in ``bound.simplify_divmod``.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .expr import (
     BinaryOp,

@@ -84,7 +84,7 @@ class LocalBuilder:
         self._pool.close()
         self._finalizer()
 
-    def __enter__(self) -> "LocalBuilder":
+    def __enter__(self) -> LocalBuilder:
         return self
 
     def __exit__(self, *exc) -> None:

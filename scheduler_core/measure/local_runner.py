@@ -75,12 +75,14 @@ class LocalRunner:
         self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), float(min_repeat_ms)
         self.enable_cpu_cache_flush = bool(enable_cpu_cache_flush)
         self.check_correctness = bool(check_correctness)
-        self._pool = PopenPool(1, preload=("scheduler_core.measure.local_runner",), max_tasks_per_worker=MAX_RUNS_PER_WORKER)
+        self._pool = PopenPool(1, preload=("scheduler_core.measure.local_runner",),
+                               max_tasks_per_worker=MAX_RUNS_PER_WORKER)
         self._data_dir = tempfile.mkdtemp(prefix="autosched_run_")
         self._reference_files: dict = {}  # (workload_key, arg specs) -> (.npz path, error message)
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._data_dir, True)
 
-    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult], verbose: int = 0) -> list[MeasureResult]:
+    def run(self, inputs: list[MeasureInput], build_results: list[BuildResult],
+            verbose: int = 0) -> list[MeasureResult]:
         """Measure each built program; one MeasureResult per input, in order.
 
         A failed build passes through with its error_no and ``costs == (FAILED_COST_S,)``.
@@ -94,7 +96,7 @@ class LocalRunner:
         self._pool.close()
         self._finalizer()
 
-    def __enter__(self) -> "LocalRunner":
+    def __enter__(self) -> LocalRunner:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -33,10 +33,11 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 STARTUP_TIMEOUT_S = 120.0   # a child must import and say "ready" within this many seconds
 MAX_START_FAILURES = 3      # children that die while starting, in a row, before giving up
@@ -192,7 +193,7 @@ class PopenPool:
         """End every child (idle ones exit on EOF, busy ones are killed)."""
         _kill_all(self._workers)
 
-    def __enter__(self) -> "PopenPool":
+    def __enter__(self) -> PopenPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -225,7 +226,7 @@ class PopenPool:
                     start_failures += 1
                     if start_failures >= MAX_START_FAILURES:
                         self._drop(w)
-                        raise RuntimeError(f"measurement workers fail to start: {message}")
+                        raise RuntimeError(f"measurement workers fail to start: {message}") from None
                 else:
                     self._finish(w, outcomes, "died", message)
                 self._drop(w)

@@ -23,8 +23,9 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from scheduler_core.base.errors import RecordFormatError, SchedulerCoreError
 from scheduler_core.base.target import Target

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from scheduler_core.ir import expr as E
 from scheduler_core.ir import expr_functor as EF
 from scheduler_core.ir import simplify as ES
 from scheduler_core.ir import tir as T
@@ -86,7 +85,7 @@ class _Info:
     unroll_depth: int = 0  # depth of unrolled loops
     normal_depth: int = 0  # depth of loops that stay loops
 
-    def join(self, o: "_Info") -> "_Info":
+    def join(self, o: _Info) -> _Info:
         return _Info(self.steps + o.steps, max(self.unroll_depth, o.unroll_depth),
                      max(self.normal_depth, o.normal_depth))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from scheduler_core.base.errors import DeviceRuntimeError
 
@@ -124,7 +124,7 @@ def context(target, index: int = 0) -> Device:
     return device(target, index)
 
 
-@lru_cache(maxsize=None)
+@cache
 def cuda_unavailable_reason(index: int = 0) -> str | None:
     """Why CUDA device ``index`` cannot be used here, or ``None`` when the driver sees it.
 

@@ -17,7 +17,7 @@ optional ``target``/``warnings``), so this module never imports codegen.
 from __future__ import annotations
 
 import ctypes
-from typing import Callable
+from collections.abc import Callable
 
 from scheduler_core.base.errors import (
     BuildError,
@@ -57,7 +57,7 @@ class Module:
         self._cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *arg_types)(address)  # releases the GIL while running
 
     @classmethod
-    def from_compiled(cls, cf) -> "Module":
+    def from_compiled(cls, cf) -> Module:
         """Wrap a codegen ``CompiledFunction`` (JIT-compiled; the engine is kept alive)."""
         return cls(
             Signature.from_primfunc(cf.func, cf.name), cf.address, keepalive=cf,

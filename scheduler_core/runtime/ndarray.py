@@ -90,7 +90,7 @@ class NDArray:
         return self._data
 
     # -- mutations ----------------------------------------------------------
-    def copyfrom(self, source) -> "NDArray":
+    def copyfrom(self, source) -> NDArray:
         """Overwrite the contents with ``source`` (numpy array, list or NDArray).
 
         ``source`` must have this array's shape; its values are converted to this
@@ -102,7 +102,7 @@ class NDArray:
         np.copyto(self._data, src, casting="unsafe")
         return self
 
-    def copyto(self, target) -> "NDArray":
+    def copyto(self, target) -> NDArray:
         """Copy into ``target`` (an NDArray, returned) or onto a new array on a ``Device``."""
         if isinstance(target, NDArray):
             return target.copyfrom(self)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class Signature:
 
     # -- construction -------------------------------------------------------
     @staticmethod
-    def from_primfunc(func, name: str | None = None) -> "Signature":
+    def from_primfunc(func, name: str | None = None) -> Signature:
         """The signature of a lowered ``tir.PrimFunc`` (entry symbol ``name``, default func.name)."""
         params = tuple(
             ParamSpec(b.name, b.dtype, tuple(_dim_from_expr(d) for d in b.shape)) for b in func.params
@@ -83,7 +83,7 @@ class Signature:
         return Signature(name or func.name, params, tuple(v.name for v in func.scalar_params))
 
     @staticmethod
-    def from_meta_json(text: str) -> "Signature":
+    def from_meta_json(text: str) -> Signature:
         """Parse the ``__autosched_meta_<name>`` JSON written by codegen.
 
         Shape entries are ints, variable names, or expression text such as
@@ -134,14 +134,16 @@ class Signature:
             if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
                 raise RuntimeArgumentError(f"{where}: expected an int, got {type(given).__name__}")
             if name in bound and int(given) != bound[name]:
-                raise RuntimeArgumentError(f"{where}: {int(given)} contradicts {name} = {bound[name]} from the array shapes")
+                raise RuntimeArgumentError(
+                    f"{where}: {int(given)} contradicts {name} = {bound[name]} from the array shapes")
             bound[name] = int(given)
 
     def _scalar_values(self, bound: dict) -> list:
         values = []
         for name in self.scalar_params:
             if name not in bound:
-                raise RuntimeArgumentError(f"symbolic size {name} is used by no argument shape; pass it after the arrays")
+                raise RuntimeArgumentError(
+                    f"symbolic size {name} is used by no argument shape; pass it after the arrays")
             if not 0 <= bound[name] <= INT32_MAX:
                 raise RuntimeArgumentError(f"symbolic size {name} = {bound[name]} does not fit an int32")
             values.append(bound[name])
@@ -242,20 +244,24 @@ def _host_array(i: int, p: ParamSpec, arg, device_kind: str) -> np.ndarray:
     """The numpy array behind argument ``i``; its device must be ``device_kind``."""
     if isinstance(arg, NDArray):
         if arg.device.kind != device_kind:
-            raise RuntimeArgumentError(f"argument {i} ({p.name}): array is on {arg.device}, the function runs on {device_kind}")
+            raise RuntimeArgumentError(
+                f"argument {i} ({p.name}): array is on {arg.device}, the function runs on {device_kind}")
         return arg.host_view()
     if isinstance(arg, np.ndarray):
         return arg
-    raise RuntimeArgumentError(f"argument {i} ({p.name}): expected an NDArray or numpy.ndarray, got {type(arg).__name__}")
+    raise RuntimeArgumentError(
+        f"argument {i} ({p.name}): expected an NDArray or numpy.ndarray, got {type(arg).__name__}")
 
 
 def _check_layout(i: int, p: ParamSpec, arr: np.ndarray) -> None:
     if arr.dtype != p.np_dtype:
         raise RuntimeArgumentError(f"argument {i} ({p.name}): expected dtype {p.dtype}, got {arr.dtype}")
     if arr.ndim != len(p.shape):
-        raise RuntimeArgumentError(f"argument {i} ({p.name}): expected {len(p.shape)} dimensions, got {arr.ndim} (shape {arr.shape})")
+        raise RuntimeArgumentError(
+            f"argument {i} ({p.name}): expected {len(p.shape)} dimensions, got {arr.ndim} (shape {arr.shape})")
     if not arr.flags.c_contiguous:
-        raise RuntimeArgumentError(f"argument {i} ({p.name}): array is not C-contiguous; pass numpy.ascontiguousarray(...)")
+        raise RuntimeArgumentError(
+            f"argument {i} ({p.name}): array is not C-contiguous; pass numpy.ascontiguousarray(...)")
 
 
 def _bind_dims(i: int, p: ParamSpec, shape: tuple, bound: dict, origin: dict) -> None:
@@ -269,7 +275,8 @@ def _bind_dims(i: int, p: ParamSpec, shape: tuple, bound: dict, origin: dict) ->
                 f"argument {i} ({p.name}): expected shape {_shape_text(p.shape, bound)}, got {shape}"
                 f" ({d} = {bound[d]} from axis {src_axis} of argument {src_i} ({src_name}))")
         elif isinstance(d, int) and d != got:
-            raise RuntimeArgumentError(f"argument {i} ({p.name}): expected shape {_shape_text(p.shape, bound)}, got {shape}")
+            raise RuntimeArgumentError(
+                f"argument {i} ({p.name}): expected shape {_shape_text(p.shape, bound)}, got {shape}")
 
 
 def _check_computed_dims(i: int, p: ParamSpec, shape: tuple, bound: dict) -> None:
@@ -282,7 +289,8 @@ def _check_computed_dims(i: int, p: ParamSpec, shape: tuple, bound: dict) -> Non
             raise RuntimeArgumentError(
                 f"argument {i} ({p.name}): shape entry {d.text} uses {missing} which no argument shape binds") from None
         if want != got:
-            raise RuntimeArgumentError(f"argument {i} ({p.name}): expected shape {_shape_text(p.shape, bound)}, got {shape}")
+            raise RuntimeArgumentError(
+                f"argument {i} ({p.name}): expected shape {_shape_text(p.shape, bound)}, got {shape}")
 
 
 def c_identifiers(names: list) -> list:

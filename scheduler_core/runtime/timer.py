@@ -14,7 +14,8 @@ ORs its return codes: arguments are checked and converted before timing.
 from __future__ import annotations
 
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 

@@ -167,7 +167,7 @@ class State:
     transform_steps: tuple = ()
 
     @staticmethod
-    def from_dag(dag) -> "State":
+    def from_dag(dag) -> State:
         return State(dag, tuple(make_stage(op) for op in dag.ops))
 
     # -- queries -----------------------------------------------------------
@@ -210,15 +210,15 @@ class State:
         return state_str(self)
 
     # -- mutations (return new states) ---------------------------------------
-    def with_stage(self, stage_id: int, stage: Stage) -> "State":
+    def with_stage(self, stage_id: int, stage: Stage) -> State:
         stages = list(self.stages)
         stages[stage_id] = stage
         return replace(self, stages=tuple(stages))
 
-    def with_step(self, step) -> "State":
+    def with_step(self, step) -> State:
         return replace(self, transform_steps=self.transform_steps + (step,))
 
-    def insert_stage(self, pos: int, stage: Stage) -> "State":
+    def insert_stage(self, pos: int, stage: Stage) -> State:
         """Insert ``stage`` at ``pos``, renumbering attach targets at or after it."""
         stages = []
         for st in self.stages:
@@ -228,7 +228,7 @@ class State:
         stages.insert(pos, stage)
         return replace(self, stages=tuple(stages))
 
-    def retarget_attach(self, stage_id: int, old_names: tuple, new_name: str) -> "State":
+    def retarget_attach(self, stage_id: int, old_names: tuple, new_name: str) -> State:
         """Stages attached at ``stage_id``'s iterators ``old_names`` move to ``new_name``."""
         stages = list(self.stages)
         for k, st in enumerate(stages):
@@ -237,7 +237,7 @@ class State:
         return replace(self, stages=tuple(stages))
 
 
-def scan_body_stages(state: "State") -> dict:
+def scan_body_stages(state: State) -> dict:
     """Stage id -> id of the scan whose time loop computes it.
 
     A scan's body is its update stages and every compute stage that reads the

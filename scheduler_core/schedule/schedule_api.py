@@ -42,7 +42,7 @@ class Schedule:
         self.state = state
 
     @staticmethod
-    def create(ops: Any) -> "Schedule":
+    def create(ops: Any) -> Schedule:
         outs = _outputs(ops)
         all_ops = post_order_ops(outs)
         placeholders = [op.output(0) for op in all_ops if isinstance(op, PlaceholderOp)]
@@ -52,10 +52,10 @@ class Schedule:
         return Schedule(State.from_dag(dag))
 
     @staticmethod
-    def from_state(state: State) -> "Schedule":
+    def from_state(state: State) -> Schedule:
         return Schedule(state)
 
-    def __getitem__(self, key) -> "StageHandle":
+    def __getitem__(self, key) -> StageHandle:
         k = self.state.stage_index(key.op if isinstance(key, Tensor) else key)
         return StageHandle(self, self.state.stages[k].op)
 
@@ -185,7 +185,7 @@ class StageHandle:
             value = int(value)
         self._step(ts.PragmaStep(self.sid, self._iter(x), f"{name}${value}"))
 
-    def compute_at(self, parent: "StageHandle", x):
+    def compute_at(self, parent: StageHandle, x):
         """Compute this stage inside loop ``x`` of stage ``parent``."""
         self._step(ts.ComputeAtStep(self.sid, parent.sid, parent._iter(x)))
 

@@ -212,8 +212,9 @@ class SketchPolicy:
         flop = self.task.compute_dag.flop_ct
         gflops = flop / best_cost / 1e9 if np.isfinite(best_cost) else 0.0
         errs = sum(measurer.error_counts.values())
-        print(f"| trials {ct:5d}/{total} | best {gflops:9.2f} GFLOP/s | best {best_cost * 1e3 if np.isfinite(best_cost) else float('nan'):9.3f} ms "
-              f"| errors {errs} | search {self.time_search_s:.1f}s build {measurer.time_build_s:.1f}s run {measurer.time_run_s:.1f}s |",
+        best_ms = best_cost * 1e3 if np.isfinite(best_cost) else float("nan")
+        print(f"| trials {ct:5d}/{total} | best {gflops:9.2f} GFLOP/s | best {best_ms:9.3f} ms | errors {errs} "
+              f"| search {self.time_search_s:.1f}s build {measurer.time_build_s:.1f}s run {measurer.time_run_s:.1f}s |",
               flush=True)
 
     def tune(self, options: TuningOptions) -> Any:

@@ -12,7 +12,8 @@ The search layer: it imports the sketch rules and the cost model (DESIGN.md, "La
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from cost_model import LGBMModel
 from scheduler_core.base.errors import InvalidWorkloadError, SchedulerCoreError

@@ -13,12 +13,11 @@ with eps-greedy random picks (probability ``eps``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from cost_model import LGBMModel
-
 from scheduler_core.measure.data import FAILED_COST_S
 
 from .program_measurer import ProgramMeasurer

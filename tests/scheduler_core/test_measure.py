@@ -104,7 +104,8 @@ def test_build_and_run_tiled_matmul(builder, runner, built):
 def test_build_errors_have_codes_and_pass_through_the_runner(builder, runner, built):
     good, _ = built
     bad_step = SplitStep(2, 7, N, (8,), True)  # stage 2 has no iterator 7
-    broken = MeasureInput(good.task, dataclasses.replace(good.state, transform_steps=good.state.transform_steps + (bad_step,)))
+    broken = MeasureInput(good.task, dataclasses.replace(good.state,
+                                                         transform_steps=good.state.transform_steps + (bad_step,)))
     bad_target = MeasureInput(dataclasses.replace(good.task, target="llvm bogus"), good.state)
     cuda = MeasureInput(dataclasses.replace(good.task, target="cuda"), good.state)
     inputs = [broken, bad_target, cuda, good]
@@ -138,7 +139,7 @@ _BODIES = {
     "crash": "*(volatile float*)0 = A[0]; return 0;",
     "abort": "abort(); return 0;",
     "hang": "volatile int spin = 1; while (spin) {} return 0;",
-    "zeros": "for (int k = 0; k < %d; ++k) matmul[k] = 0.0f; return 0;" % (N * N),
+    "zeros": f"for (int k = 0; k < {N * N}; ++k) matmul[k] = 0.0f; return 0;",
     "nonzero": "return 3;",
 }
 

@@ -162,7 +162,8 @@ def test_malformed_lines_raise_record_format_error_naming_the_line(tmp_path, bad
     path.write_text(text)  # line 3 blank, the bad line(s) from 4 on
     with pytest.raises(RecordFormatError, match=message) as info:
         load_records(path)
-    assert isinstance(info.value, ValueError) and info.value.lineno >= 4 and f"line {info.value.lineno}" in str(info.value)
+    assert isinstance(info.value, ValueError) and info.value.lineno >= 4
+    assert f"line {info.value.lineno}" in str(info.value)
     reader = RecordReader(path, skip_invalid=True)
     assert [r.costs[0] for _, r in reader] == [1e-3] and len(reader.errors) == 1
 
@@ -185,6 +186,7 @@ def test_a_line_cut_by_a_kill_does_not_swallow_the_next_batch(tmp_path):
 def test_dag_line_and_failed_cost_encoding():
     a = _plain_input()
     obj = json.loads(encode_dag_line(a.task.workload_key, a.task.compute_dag))
-    assert obj["w"] == a.task.workload_key and ComputeDAG.from_json(obj["dag"]).workload_key == a.task.compute_dag.workload_key
+    assert obj["w"] == a.task.workload_key
+    assert ComputeDAG.from_json(obj["dag"]).workload_key == a.task.compute_dag.workload_key
     nan_res = dataclasses.replace(_result(1.0), costs=(float("nan"),))
     assert json.loads(encode_record(a, nan_res))["r"][0] == [1e10]

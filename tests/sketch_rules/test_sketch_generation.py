@@ -140,7 +140,7 @@ def test_cpu_conv2d_bias_relu_sketch():
     """
     sk = sketches_of(W.conv2d_nchw(1, 64, 56, 56, 64, 3, 3))
     assert len(sk) == 3
-    for k, s in enumerate(sk):
+    for s in sk:
         assert [st.name for st in s.stages] == ["data", "pad", "kernel", "conv2d", "bias", "bias_relu"]
         assert not is_tiled(s.stages[1]) and s.stages[1].compute_at == "root"
         assert len(s.stages[3].iters) == 22
