@@ -24,7 +24,7 @@ import scheduler_core as sc
 from scheduler_core import te
 
 
-def _best_of(fn, repeat: int = 7, number: int = 3) -> float:
+def best_of(fn, repeat: int = 7, number: int = 3) -> float:
     """Median over ``repeat`` runs of the mean time of ``number`` calls, in seconds."""
     times = []
     for _ in range(repeat):
@@ -109,7 +109,7 @@ def bench_w1(n: int = 1024) -> dict:
     ref = a @ b + c
     np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3)
     ours = float(np.median(f.time_evaluator(f.entry_name, sc.cpu(), number=3, repeat=7)(a, b, c, out).results))
-    numpy_s = _best_of(lambda: np.add(a @ b, c))
+    numpy_s = best_of(lambda: np.add(a @ b, c))
     flops = 2.0 * n ** 3 + n * n
     return {"workload": f"W1 matmul+bias {n}^3 float32", "ours_ms": ours * 1e3, "numpy_ms": numpy_s * 1e3,
             "ours_gflops": flops / ours / 1e9, "numpy_gflops": flops / numpy_s / 1e9,
@@ -126,7 +126,7 @@ def bench_w4(w: int = 1920, h: int = 1080) -> dict:
     f(a, out)
     np.testing.assert_allclose(out, a @ m, rtol=1e-4, atol=1e-5)
     ours = float(np.median(f.time_evaluator(f.entry_name, sc.cpu(), number=10, repeat=7)(a, out).results))
-    numpy_s = _best_of(lambda: a @ m, number=5)
+    numpy_s = best_of(lambda: a @ m, number=5)
     return {"workload": f"W4 RGB->YUV {w}x{h}x3 float32", "ours_ms": ours * 1e3, "numpy_ms": numpy_s * 1e3,
             "speed_vs_numpy": numpy_s / ours}
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from compiler_core import _best_of as _median_time  # same folder
+from compiler_core import best_of as _median_time  # same folder
 from compiler_core import rgb_to_yuv
 
 import scheduler_core as sc

