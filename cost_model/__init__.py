@@ -9,11 +9,11 @@ Imports only the compiler layer of ``scheduler_core`` (and lightgbm, lazily).
 
 from .cost_model import CostModel, CostModelError
 from .feature import (
-                      FEATURE_NAMES,
-                      FEATURE_VERSION,
-                      N_FEATURES,
-                      get_per_store_features,
-                      get_per_store_features_from_states,
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    N_FEATURES,
+    get_per_store_features,
+    get_per_store_features_from_states,
 )
 from .lgbm_model import LGBMModel
 from .metric import pairwise_accuracy

@@ -16,41 +16,41 @@ Reading guide: ``sketch_rule`` (the rule contract), ``cpu_sketch_rules`` and
 """
 
 from .cpu_sketch_rules import (
-                               RuleAddCacheWrite,
-                               RuleAddRfactor,
-                               RuleAlwaysInline,
-                               RuleMultiLevelTiling,
-                               RuleMultiLevelTilingWithFusion,
-                               RuleSkipStage,
+    RuleAddCacheWrite,
+    RuleAddRfactor,
+    RuleAlwaysInline,
+    RuleMultiLevelTiling,
+    RuleMultiLevelTilingWithFusion,
+    RuleSkipStage,
 )
 from .init_population import (
-                               InitChangeComputeLocation,
-                               InitFillTileSize,
-                               InitParallel,
-                               InitUnroll,
-                               InitVectorization,
-                               PopulationGenerationRule,
-                               apply_init_rules,
-                               default_init_rules,
-                               sample_init_population,
+    InitChangeComputeLocation,
+    InitFillTileSize,
+    InitParallel,
+    InitUnroll,
+    InitVectorization,
+    PopulationGenerationRule,
+    apply_init_rules,
+    default_init_rules,
+    sample_init_population,
 )
 from .mutation import (
-                               DEFAULT_MUTATION_RULES,
-                               MutateAutoUnroll,
-                               MutateComputeLocation,
-                               MutateParallel,
-                               MutateTileSize,
-                               MutationRule,
-                               apply_mutation,
+    DEFAULT_MUTATION_RULES,
+    MutateAutoUnroll,
+    MutateComputeLocation,
+    MutateParallel,
+    MutateTileSize,
+    MutationRule,
+    apply_mutation,
 )
 from .params import SketchPolicyParams
 from .scan_sketch_rule import RuleScanUpdate
 from .sketch_generation import (
-                               default_sketch_rules,
-                               generate_sketches,
-                               register_sketch_rule,
-                               registered_sketch_rules,
-                               unregister_sketch_rule,
+    default_sketch_rules,
+    generate_sketches,
+    register_sketch_rule,
+    registered_sketch_rules,
+    unregister_sketch_rule,
 )
 from .sketch_rule import ConditionKind, CustomSketchRule, SketchRule
 

@@ -189,24 +189,21 @@ def has_nested_parallel(state) -> bool:
 
 
 # -- scans -------------------------------------------------------------------
+def _scan_tensor_stage_ids(state, field: str) -> set:
+    """Ids of the stages that compute the tensors in ``op.<field>`` of every scan."""
+    return {stage_of_op(state, t.op)
+            for st in state.stages if isinstance(st.op, ScanOp)
+            for t in getattr(st.op, field)}
+
+
 def scan_update_ids(state) -> set:
     """Ids of the stages that compute a scan's update tensors."""
-    out = set()
-    for st in state.stages:
-        if isinstance(st.op, ScanOp):
-            for t in st.op.update:
-                out.add(stage_of_op(state, t.op))
-    return out
+    return _scan_tensor_stage_ids(state, "update")
 
 
 def scan_init_ids(state) -> set:
     """Ids of the stages that compute a scan's init tensors."""
-    out = set()
-    for st in state.stages:
-        if isinstance(st.op, ScanOp):
-            for t in st.op.init:
-                out.add(stage_of_op(state, t.op))
-    return out
+    return _scan_tensor_stage_ids(state, "init")
 
 
 def scan_body_ids(state) -> set:

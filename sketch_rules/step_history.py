@@ -47,33 +47,36 @@ def stage_id_after(steps, step_index: int, stage_id: int) -> int:
     return stage_id
 
 
+def _id_before_step(step, stage_id: int) -> int | None:
+    """The id, before ``step`` ran, of the stage that has ``stage_id`` right after it;
+    None when ``step`` created that stage."""
+    pos = inserted_position(step)
+    if pos is None or stage_id < pos:
+        return stage_id
+    if stage_id == pos:
+        return None
+    return stage_id - 1
+
+
 def stage_id_before(steps, step_index: int, stage_id: int) -> int | None:
     """The id, right after ``steps[step_index]`` ran, of the stage that has ``stage_id``
     after all of ``steps``; None when a later step created that stage."""
     for step in reversed(steps[step_index + 1:]):
-        pos = inserted_position(step)
-        if pos is None:
-            continue
-        if stage_id == pos:
+        before = _id_before_step(step, stage_id)
+        if before is None:
             return None
-        if stage_id > pos:
-            stage_id -= 1
+        stage_id = before
     return stage_id
 
 
 def _made_by(state, stage_id: int, kind) -> bool:
-    steps = state.transform_steps
-    for j in range(len(steps) - 1, -1, -1):
-        step = steps[j]
+    for step in reversed(state.transform_steps):
         if isinstance(step, kind) and step.stage_id == stage_id:
             return True
-        pos = inserted_position(step)
-        if pos is None:
-            continue
-        if stage_id == pos:
+        before = _id_before_step(step, stage_id)
+        if before is None:
             return False
-        if stage_id > pos:
-            stage_id -= 1
+        stage_id = before
     return False
 
 

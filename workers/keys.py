@@ -29,6 +29,11 @@ def normalize_target(target: str) -> str:
     return " ".join(str(target).split())
 
 
+def _workload_target_key(kind: str, workload_key: str, target: str) -> str:
+    """The key of kind ``kind`` for one workload on one (whitespace-normalized) target."""
+    return f"{PREFIX}{kind}:{workload_key}:{normalize_target(target)}"
+
+
 def task(task_id: str) -> str:
     return f"{PREFIX}task:{task_id}"
 
@@ -38,11 +43,11 @@ def dag(workload_key: str) -> str:
 
 
 def records(workload_key: str, target: str) -> str:
-    return f"{PREFIX}records:{workload_key}:{normalize_target(target)}"
+    return _workload_target_key("records", workload_key, target)
 
 
 def best(workload_key: str, target: str) -> str:
-    return f"{PREFIX}best:{workload_key}:{normalize_target(target)}"
+    return _workload_target_key("best", workload_key, target)
 
 
 def job(job_id: str) -> str:
@@ -54,8 +59,8 @@ def artifact(task_id: str, fmt: str) -> str:
 
 
 def model(workload_key: str, target: str) -> str:
-    return f"{PREFIX}model:{workload_key}:{normalize_target(target)}"
+    return _workload_target_key("model", workload_key, target)
 
 
 def task_for_workload(workload_key: str, target: str) -> str:
-    return f"{PREFIX}task_for_workload:{workload_key}:{normalize_target(target)}"
+    return _workload_target_key("task_for_workload", workload_key, target)

@@ -3,11 +3,11 @@
     PrimFunc --compile_primfunc(func, "llvm -mcpu=...")--> CompiledFunction
 """
 from .llvm_codegen import (
-           META_PREFIX,
-           CompiledFunction,
-           build_module,
-           compile_primfunc,
-           meta_json,
+    META_PREFIX,
+    CompiledFunction,
+    build_module,
+    compile_primfunc,
+    meta_json,
 )
 from .parallel import load_libgomp
 
