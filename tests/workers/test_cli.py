@@ -4,13 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import scheduler_core as sc
 from tests.workloads import matmul_add
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-import pytest
 
 pytestmark = pytest.mark.integration  # the embedded Redis and RQ worker processes, in a child
 
