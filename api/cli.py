@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from workers.best import describe_best
 from workers.job_state import ENDED_STATES, JobState
 from workers.processes import start_worker_process
 from workers.queues import TUNE_QUEUE, enqueue_tune, measure_queue_name
-from workers.redis_conn import connection_url, get_connection
+from workers.redis_conn import connection_url, get_connection, stop_embedded
 from workers.store import RedisStore, import_record_file
 
 from .client import ApiError, Client
@@ -104,15 +106,30 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
     try:
         job = follow_job(store, job_id)
         procs[0].wait(timeout=60)
+        if job["state"] != JobState.finished:
+            typer.echo(f"job {job_id} {job['state']}: {job.get('error', '')}", err=True)
+            raise typer.Exit(1)
+        _write_best(store, task_id, job, out)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                p.wait(timeout=30)
-    if job["state"] != JobState.finished:
-        typer.echo(f"job {job_id} {job['state']}: {job.get('error', '')}", err=True)
-        raise typer.Exit(1)
-    _write_best(store, task_id, job, out)
+        _stop(procs)
+        stop_embedded()
+
+
+def _stop(procs: list, timeout_s: float = 30.0) -> None:
+    """Terminate worker processes and wait for them (SIGKILL after ``timeout_s`` seconds)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _write_best(store: RedisStore, task_id: str, job: dict, out: Path) -> None:
@@ -140,11 +157,14 @@ def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
     """Run the HTTP API and ``workers`` RQ workers on one Redis (embedded when no REDIS_URL)."""
     conn = get_connection(os.environ.get("REDIS_URL"))
     procs = [start_worker_process(conn, burst=False) for _ in range(workers)]
+    # uvicorn re-raises a SIGTERM after its graceful shutdown; as SystemExit it reaches
+    # the finally below, which stops the workers and the embedded Redis.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.run(create_app(Settings(redis_url=connection_url(conn))), host=host, port=port)
     finally:
-        for p in procs:
-            p.terminate()
+        _stop(procs)
+        stop_embedded()
 
 
 @app.command()

