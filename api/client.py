@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-TERMINAL_STATES = ("finished", "failed", "cancelled")
+from workers.job_state import ENDED_STATES, JobState
 
 
 class ApiError(Exception):
@@ -84,7 +84,7 @@ class Client:
             job = self.job(job_id)
             if on_progress:
                 on_progress(job)
-            if job["state"] in TERMINAL_STATES:
+            if JobState(job["state"]) in ENDED_STATES:
                 return job
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {job['state']} after {timeout_s} s")

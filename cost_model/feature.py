@@ -155,9 +155,8 @@ _CACHE = FeatureCache()
 
 
 def _cache_key(task, state):
-    wk = getattr(task, "workload_key", None)
-    if wk is None:
-        wk = ("dag", state.dag)  # the object itself (not its id, which could be reused)
+    # without a task: the DAG object itself (not its id, which could be reused)
+    wk = task.workload_key if task is not None else ("dag", state.dag)
     wk = (wk, _cache_line_bytes(task))
     try:
         steps = tuple(state.transform_steps)
@@ -168,8 +167,7 @@ def _cache_key(task, state):
 
 
 def _cache_line_bytes(task) -> int:
-    hw = getattr(task, "hardware_params", None)
-    return int(getattr(hw, "cache_line_bytes", 64) or 64)
+    return task.hardware_params.cache_line_bytes if task is not None else 64
 
 
 def _extract(state, line: int) -> np.ndarray:

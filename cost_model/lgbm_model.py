@@ -50,15 +50,13 @@ CV_MAX_STATES = 400        # above this many states the selection uses one held-
 
 
 def _cost_s(res) -> float:
-    """Mean seconds of a successful result, inf for a failed one."""
-    if int(res.error_no) != 0 or not res.costs:
-        return math.inf
-    c = float(np.mean(res.costs))
-    return c if c > 0 else math.inf
+    """Mean seconds of a successful result, inf for a failed one (or a zero timing)."""
+    c = res.cost
+    return c if c is not None and c > 0 else math.inf
 
 
 def _task_key(task) -> tuple:
-    return (str(getattr(task, "workload_key", id(task))), str(getattr(task, "target", "")))
+    return (task.workload_key, str(task.target))
 
 
 def normalized_throughput(costs: np.ndarray, task_ids: np.ndarray) -> np.ndarray:

@@ -44,9 +44,8 @@ from .tiling import do_multi_level_tiling, follow_tiling
 
 
 def is_gpu_task(task) -> bool:
-    """Whether the task's target is a GPU (``cuda``, ``opencl``...)."""
-    text = str(getattr(task.target, "kind", None) or task.target).strip()
-    return text.split()[0] in ("cuda", "opencl", "rocm", "vulkan", "metal") if text else False
+    """Whether the task's target (a Target) is a GPU (``cuda``)."""
+    return task.target.kind in ("cuda", "opencl", "rocm", "vulkan", "metal")
 
 
 def tiling_structure(policy) -> str:

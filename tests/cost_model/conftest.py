@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
+from scheduler_core.dag.task import Task
 from scheduler_core.measure.data import MeasureInput, MeasureResult
 from tests.cost_model.schedules import matmul_dag, measure_in_process, tiled_matmul_state
 
@@ -14,20 +13,9 @@ N_MEASURED = 90
 MATMUL_N = 64
 
 
-@dataclass(frozen=True)
-class Task:
-    """The fields of a SearchTask the cost model reads."""
-
-    compute_dag: object
-    workload_key: str
-    target: str = "llvm"
-    hardware_params: object = None
-
-
 @pytest.fixture(scope="session")
 def matmul_task() -> Task:
-    dag = matmul_dag(MATMUL_N)
-    return Task(dag, dag.workload_key)
+    return Task.create(matmul_dag(MATMUL_N), "llvm")
 
 
 @pytest.fixture(scope="session")

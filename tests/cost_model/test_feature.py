@@ -21,6 +21,7 @@ from cost_model.feature import (
 from cost_model.index_form import affine_form, contiguous_elements, touched_elements
 from scheduler_core import ComputeDAG, replay_steps
 from scheduler_core.base.errors import LoweringError
+from scheduler_core.dag.task import Task
 from scheduler_core.ir.expr import Var
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.transform_step import AnnotationStep, FuseStep, PragmaStep, ReorderStep, SplitStep
@@ -136,10 +137,7 @@ def test_deterministic_and_replayable(dag):
 
 def test_cache_by_steps(dag):
     cache = FeatureCache(capacity=2)
-
-    class T:
-        workload_key = dag.workload_key
-
+    T = Task.create(dag, "llvm")
     s = _tiled(dag, N)
     first = get_per_store_features(T, s, cache)
     again = get_per_store_features(T, replay_steps(dag, s.transform_steps), cache)

@@ -1,8 +1,8 @@
 """A tiny stand-in for the search layer's SketchPolicy, enough for the rules.
 
-The rules of ``sketch_rules`` take a duck-typed policy (see the issue's shared
-interfaces): ``policy.task`` with ``compute_dag``, ``target`` and
-``hardware_params``; ``policy.params`` (SketchPolicyParams); ``policy.rng``.
+The rules of ``sketch_rules`` take a duck-typed policy: ``policy.task`` (a real Task),
+``policy.params`` (SketchPolicyParams) and ``policy.rng``.  The task's HardwareParams
+are fixed (2 cores, 32-byte vectors) so that the sketches do not depend on the host.
 """
 
 from __future__ import annotations
@@ -11,30 +11,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scheduler_core.base.target import HardwareParams, Target
 from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
 from sketch_rules.params import SketchPolicyParams
-
-
-@dataclass(frozen=True)
-class StubHardwareParams:
-    """The CPU of the development machine, as the rules see it."""
-
-    num_cores: int = 2
-    vector_unit_bytes: int = 32
-    cache_line_bytes: int = 64
-    max_innermost_split_factor: int = 64
-
-
-@dataclass(frozen=True)
-class StubTask:
-    compute_dag: ComputeDAG
-    target: str = "llvm"
-    hardware_params: StubHardwareParams = field(default_factory=StubHardwareParams)
 
 
 @dataclass
 class StubPolicy:
-    task: StubTask
+    task: Task
     params: SketchPolicyParams = field(default_factory=SketchPolicyParams)
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
@@ -42,5 +27,6 @@ class StubPolicy:
 def make_policy(tensors_or_dag, seed: int = 0, num_cores: int = 2, **params) -> StubPolicy:
     """A StubPolicy for a workload's tensor list (or a ComputeDAG)."""
     dag = tensors_or_dag if isinstance(tensors_or_dag, ComputeDAG) else ComputeDAG(tensors_or_dag)
-    return StubPolicy(StubTask(dag, "llvm", StubHardwareParams(num_cores=num_cores)),
+    task = Task(dag, dag.workload_key, Target.parse("llvm"), HardwareParams(num_cores, 32, 64, 64))
+    return StubPolicy(task,
                       SketchPolicyParams(**params), np.random.default_rng(seed))

@@ -143,17 +143,12 @@ def test_artifacts_and_model_snapshots_are_bytes(conn):
     assert store.load_model("w", "llvm") == b'{"booster": null}' and store.load_model("w", "cuda") is None
 
 
-class _Task:
-    def __init__(self, dag):
-        self.compute_dag, self.workload_key, self.target = dag, dag.workload_key, "llvm"
-
-
 @pytest.mark.integration
 def test_record_sink_writes_a_batch_best_and_progress(conn):
     store, dag = RedisStore(conn), _dag()
     tid, wk = store.create_task(dag, "llvm")
     jid = store.create_job(tid, 8)
-    sink = RedisRecordSink(store, _Task(dag), jid)
+    sink = RedisRecordSink(store, Task.create(dag, "llvm"), jid)
     inputs = [_input(dag, f) for f in (2, 4, 8, 16)]
     sink(None, inputs[:3], [_result(3e-3), _result(1e-4, E.WRONG_ANSWER), _result(2e-3)])
     sink(None, inputs[3:], [_result(1e9, E.RUN_TIMEOUT)])
