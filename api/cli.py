@@ -2,13 +2,16 @@
 
     autosched tune examples/workloads/matmul_add.json --trials 64   # queue path, embedded Redis
     autosched worker --queues tune                                   # an RQ worker (any machine)
-    autosched serve --port 8000 --workers 2                          # API + RQ workers
+    autosched serve --port 8000 --workers 2                          # API + RQ workers (supervised)
     autosched submit examples/workloads/softmax.json --trials 64     # against a running server
     autosched status JOB_ID | best TASK_ID | artifact TASK_ID --format so | resume TASK_ID --trials 32
     autosched records import FILE.jsonl | records export TASK_ID out.jsonl
 
 The commands call ``workers`` (Redis store, queues, worker processes) and the HTTP
 client; tuning options are the library's TuningOptions (same defaults as the API).
+Without a Redis URL, ``tune`` and ``serve`` use the durable embedded Redis of a data
+directory (``--data-dir``, ``AUTOSCHED_DATA_DIR``, else the user's data directory; see
+``workers.redis_conn``): a restarted ``serve`` finds every task, job and record.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,9 +31,16 @@ from rq.serializers import JSONSerializer
 from scheduler_core.search.tuning_options import FIELDS_BY_NAME
 from workers.best import describe_best
 from workers.job_state import ENDED_STATES, JobState
-from workers.processes import start_worker_process
+from workers.processes import WorkerSupervisor, start_worker_process, stop_worker_processes
 from workers.queues import TUNE_QUEUE, enqueue_tune, measure_queue_name
-from workers.redis_conn import connection_url, get_connection, stop_embedded
+from workers.redis_conn import (
+    DATA_DIR_ENV,
+    connection_url,
+    get_connection,
+    resolve_data_dir,
+    started_embedded,
+    stop_embedded,
+)
 from workers.store import RedisStore, import_record_file
 
 from .client import ApiError, Client
@@ -45,6 +54,9 @@ app.add_typer(records_app, name="records")
 _SERVER = typer.Option("http://127.0.0.1:8000", "--server", envvar="AUTOSCHED_SERVER", help="API base URL")
 _TOKEN = typer.Option(None, "--token", envvar="AUTOSCHED_API_TOKEN", help="bearer token")
 _URL = typer.Option(None, "--url", help="Redis URL (default: REDIS_URL, else an embedded Redis)")
+_DATA_DIR = typer.Option(None, "--data-dir", envvar=DATA_DIR_ENV,
+                         help="data directory of the embedded Redis (used when no Redis URL is set; "
+                              "default: the user's data directory, e.g. ~/.local/share/autosched)")
 _TRIALS = FIELDS_BY_NAME["num_measure_trials"]
 _PER_ROUND = FIELDS_BY_NAME["num_measures_per_round"]
 _POPULATION = FIELDS_BY_NAME["population"]
@@ -88,11 +100,11 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
          measure: str = typer.Option("local", help="'local' (in the search job) or 'queue' (measurement "
                                                   "workers on the device queue)"),
          out: Path = typer.Option(Path("autosched_out"), help="where the best schedule and artifact go"),
-         url: str | None = _URL) -> None:
+         url: str | None = _URL, data_dir: Path | None = _DATA_DIR) -> None:
     """Tune one workload through the queue: task -> RQ job -> worker process -> records in Redis."""
     if measure not in ("local", "queue"):
         raise typer.BadParameter("--measure must be 'local' or 'queue'")
-    conn = get_connection(url)
+    conn = get_connection(url, data_dir=data_dir)
     store = RedisStore(conn)
     tuning = {"num_measure_trials": trials, "num_measures_per_round": per_round, "population": population,
               "measure": measure}
@@ -111,21 +123,8 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
             raise typer.Exit(1)
         _write_best(store, task_id, job, out)
     finally:
-        _stop(procs)
+        stop_worker_processes(procs)
         stop_embedded()
-
-
-def _stop(procs: list, timeout_s: float = 30.0) -> None:
-    """Terminate worker processes and wait for them (SIGKILL after ``timeout_s`` seconds)."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -153,17 +152,31 @@ def _write_best(store: RedisStore, task_id: str, job: dict, out: Path) -> None:
 
 @app.command()
 def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
-          workers: int = typer.Option(1, min=0, help="RQ worker processes to start beside the API")) -> None:
-    """Run the HTTP API and ``workers`` RQ workers on one Redis (embedded when no REDIS_URL)."""
-    conn = get_connection(os.environ.get("REDIS_URL"))
-    procs = [start_worker_process(conn, burst=False) for _ in range(workers)]
+          workers: int = typer.Option(1, min=0, help="RQ worker processes to start beside the API"),
+          data_dir: Path | None = _DATA_DIR) -> None:
+    """Run the HTTP API and ``workers`` RQ workers on one Redis (embedded when no REDIS_URL).
+
+    The embedded Redis keeps its data in ``--data-dir`` (AOF, fsync every second); when a
+    server already runs on that directory, serve uses it.  The workers are supervised (a
+    dead one is restarted with backoff; a job it left is put back on its queue), and so is
+    an embedded Redis that serve started.  Ctrl-C / SIGTERM stops the workers (warm, then
+    cold shutdown: a job still running is requeued on the next start and continues from
+    its records), then the embedded Redis.
+    """
+    url = os.environ.get("REDIS_URL")
+    conn = get_connection(url, data_dir=data_dir)
+    if not url:
+        owner = "started" if started_embedded() else "connected to an already running"
+        typer.echo(f"{owner} embedded Redis, data in {resolve_data_dir(data_dir)}", err=True)
+    supervisor = WorkerSupervisor(connection_url(conn), workers, supervise_redis=started_embedded())
     # uvicorn re-raises a SIGTERM after its graceful shutdown; as SystemExit it reaches
     # the finally below, which stops the workers and the embedded Redis.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
+        supervisor.start()
         uvicorn.run(create_app(Settings(redis_url=connection_url(conn))), host=host, port=port)
     finally:
-        _stop(procs)
+        supervisor.stop()
         stop_embedded()
 
 

@@ -36,7 +36,7 @@ def get_conn(request: Request, settings: SettingsDep) -> Redis:
     state = request.app.state
     with _conn_lock:
         if getattr(state, "conn", None) is None:
-            state.conn = get_connection(settings.redis_url)
+            state.conn = get_connection(settings.redis_url, data_dir=settings.data_dir)
     return state.conn
 
 

@@ -4,6 +4,8 @@
     ScheduleError, other SchedulerCoreError -> 422             (user input never gives a 500)
     NotFoundError (unknown task/job id, nothing measured yet) -> 404
     ConflictError (a job of the task is still queued/running, job already ended) -> 409
+    Redis unreachable (redis ConnectionError / TimeoutError, a server still loading) -> 503
+        with ``Retry-After: RETRY_AFTER_S``
     a body nested too deeply for the JSON parser -> 422 (FastAPI says 400 "error parsing the body")
     schema violations -> 422 FastAPI-style {"detail": [{type, loc, msg}]}, without echoing the input
         (FastAPI's default echoes it, and a non-finite float there makes the response itself fail)
@@ -15,6 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler_core.base.errors import (
@@ -45,6 +49,9 @@ STATUS = {  # most specific first
 }
 
 
+RETRY_AFTER_S = 5  # seconds a client should wait when Redis is unavailable
+
+
 def error_body(exc: Exception) -> dict:
     """The JSON body of an error response: the message, the error class, the DAG path if any."""
     body = {"detail": str(exc), "error": type(exc).__name__}
@@ -56,6 +63,11 @@ def error_body(exc: Exception) -> dict:
 async def _library_error(request: Request, exc: Exception) -> JSONResponse:
     status = next(code for cls, code in STATUS.items() if isinstance(exc, cls))
     return JSONResponse(error_body(exc), status_code=status)
+
+
+async def _redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": "the service's Redis is unavailable; retry later", "error": "ServiceUnavailable"},
+                        status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException):
@@ -73,8 +85,11 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Register the handlers of :data:`STATUS` and the deep-JSON rewrite on ``app``."""
+    """Register the handlers of :data:`STATUS`, the Redis-unavailable 503 and the deep-JSON
+    rewrite on ``app``."""
     for cls in (SchedulerCoreError, ServiceError):
         app.add_exception_handler(cls, _library_error)
+    for cls in (RedisConnectionError, RedisTimeoutError):
+        app.add_exception_handler(cls, _redis_unavailable)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

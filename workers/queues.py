@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import redis
-from rq import Queue, Retry
+from rq import Queue, Retry, Worker
 from rq.serializers import JSONSerializer
 
 from scheduler_core.base.target import host_cpu
@@ -40,6 +40,11 @@ def enqueue_tune(conn: redis.Redis, task_id: str, job_id: str, trials: int,
         job_timeout=int(job_timeout_s or DEFAULT_JOB_TIMEOUT_S),
         retry=Retry(max=retries) if retries > 0 else None,
         result_ttl=7 * 24 * 3600, failure_ttl=7 * 24 * 3600)
+
+
+def listening_workers(conn: redis.Redis, queue_name: str) -> int:
+    """How many RQ workers currently listen on ``queue_name`` (registered and heartbeating)."""
+    return Worker.count(queue=Queue(queue_name, connection=conn, serializer=JSONSerializer))
 
 
 def _host_cpu_model() -> str:

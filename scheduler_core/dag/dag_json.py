@@ -26,6 +26,7 @@ from scheduler_core.ir.expr import Expr, IntImm, IterVar, Var, is_int
 from scheduler_core.ir.expr_functor import free_vars
 from scheduler_core.ir.simplify import const_value
 
+from .access_bounds import check_ops_access_bounds
 from .dag_json_expr import (
     ExprDecoder,
     ExprEncoder,
@@ -75,7 +76,9 @@ def tensors_from_json(obj: dict | str | bytes, *, max_elements: int = 2**31,
     max_depth: deepest expression nesting (a leaf has depth 1).
     max_nodes: most expression nodes, variables, ops and attr values in all.
     Raises InvalidWorkloadError(message, path=...) with ``path`` naming the
-    offending node, e.g. ``ops[3].body.b.indices[1]``.
+    offending node, e.g. ``ops[3].body.b.indices[1]``, or ``ops[3]`` for an access
+    that leaves its tensor (:mod:`.access_bounds`, e.g. ``A[i + 1000]`` of a
+    10-element ``A``, or a scan whose time range exceeds its state).
     """
     if isinstance(obj, (str, bytes, bytearray)):
         obj = _parse_text(obj)
@@ -231,6 +234,8 @@ class _Decoder(ExprDecoder):
         for k, op in enumerate(self.ops):
             if id(op) not in used:
                 fail_at(f"op {op.name} is neither read by the DAG's outputs nor an argument", f"ops[{k}]")
+        # Every access inside its tensor (issue 8); errors name the op as ops[k].
+        check_ops_access_bounds(self.ops, [f"ops[{k}]" for k in range(len(self.ops))])
         return tensors
 
     # -- ops ----------------------------------------------------------------

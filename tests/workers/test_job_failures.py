@@ -1,0 +1,77 @@
+"""Bounded work: deterministic failures end the job with one line (no RQ retry), the queue
+path fails fast when no measurement worker listens, and a cancel does not wait for a batch.
+
+    tune_job on a task whose DAG cannot be tuned (symbolic shape) --> failed, one-line error,
+        RQ job not retried (no traceback, no server path in the job hash)
+    measure=queue with nobody on measure:<kind>:<cpu> --> failed within no_worker_s,
+        naming the queue
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rq import SimpleWorker
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.measure.data import MeasureInput
+from scheduler_core.schedule.loop_state import State
+from tests.workloads import matmul_add
+from workers import measure_queue
+from workers.jobs import one_line_error
+from workers.measure_queue import NoMeasurementWorker, QueueRunner
+from workers.queues import enqueue_tune, tune_queue
+from workers.store import JobCancelled, RedisStore
+
+pytestmark = pytest.mark.integration  # a real Redis and an in-process RQ worker
+
+TUNING = {"num_measures_per_round": 2, "population": 16, "num_iters": 0, "seed": 0, "min_repeat_ms": 1}
+
+
+def _work(conn) -> None:
+    SimpleWorker([tune_queue(conn)], connection=conn, serializer=JSONSerializer).work(burst=True)
+
+
+def test_one_line_error_is_short_and_single_line():
+    err = ValueError("first line\n  File \"/srv/app/x.py\", line 3\n" + "x" * 1000)
+    text = one_line_error(err)
+    assert "\n" not in text and len(text) <= 300 and text.startswith("ValueError: first line")
+
+
+def test_queue_measurement_without_a_worker_fails_fast_naming_the_queue(conn):
+    store = RedisStore(conn)
+    dag = ComputeDAG(matmul_add(8, 8, 8))
+    task_id, _ = store.create_task(dag.to_json(), "llvm", {**TUNING, "measure": "queue"})
+    runner = QueueRunner(conn, task_id, "llvm", timeout_s=5, no_worker_s=0.5, poll_s=0.05)
+    inputs = [MeasureInput(Task.create(dag, "llvm"), State.from_dag(dag))]
+    t0 = time.monotonic()
+    with pytest.raises(NoMeasurementWorker, match="measure:llvm:"):
+        runner.run(inputs, [None])
+    assert time.monotonic() - t0 < 10
+
+
+def test_cancel_is_honoured_while_waiting_for_a_batch(conn):
+    store = RedisStore(conn)
+    dag = ComputeDAG(matmul_add(8, 8, 8))
+    task_id, _ = store.create_task(dag.to_json(), "llvm", TUNING)
+    runner = QueueRunner(conn, task_id, "llvm", timeout_s=5, poll_s=0.05, cancelled=lambda: True, job_id="j1")
+    with pytest.raises(JobCancelled):
+        runner.run([MeasureInput(Task.create(dag, "llvm"), State.from_dag(dag))], [None])
+
+
+def test_queue_job_without_listener_ends_failed_and_is_not_retried(conn, monkeypatch):
+    monkeypatch.setattr(measure_queue, "NO_WORKER_GRACE_S", 0.5)
+    store = RedisStore(conn)
+    task_id, _ = store.create_task(ComputeDAG(matmul_add(8, 8, 8)).to_json(), "llvm",
+                                   {**TUNING, "measure": "queue", "timeout_s": 1.0})
+    job_id = store.create_job(task_id, 2)
+    rq_job = enqueue_tune(conn, task_id, job_id, 2)  # Retry(max=2) by default
+    _work(conn)  # NoMeasurementWorker after the no-listener grace period
+    job = store.get_job(job_id)
+    assert job["state"] == "failed" and "NoMeasurementWorker" in job["error"] and "measure:llvm:" in job["error"]
+    assert "\n" not in job["error"] and "Traceback" not in job["error"]
+    assert Job.fetch(rq_job.id, connection=conn, serializer=JSONSerializer).get_status() == "finished"
