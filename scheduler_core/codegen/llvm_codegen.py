@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from scheduler_core.base.c_names import c_identifiers
 from scheduler_core.base.errors import BuildError
 from scheduler_core.base.target import Target, create_target_machine, init_llvm
 from scheduler_core.ir import expr as E
@@ -123,8 +124,9 @@ def build_module(func: T.PrimFunc, body: T.Stmt, target: Target) -> tuple:
     args = [L.PTR] * len(func.params) + [L.I32] * len(func.scalar_params)
     fn = ir.Function(module, ir.FunctionType(L.I32, args), func.name)
     fn.attributes.add("nounwind")
-    for i, buf in enumerate(func.params):
-        fn.args[i].name = _c_name(buf.name)
+    arg_names = c_identifiers([b.name for b in func.params] + [v.name for v in func.scalar_params])
+    for i in range(len(func.params)):
+        fn.args[i].name = arg_names[i]
         fn.args[i].add_attribute("noalias")
     em = FunctionEmitter(ctx, fn)
     for i, buf in enumerate(func.params):
@@ -134,16 +136,12 @@ def build_module(func: T.PrimFunc, body: T.Stmt, target: Target) -> tuple:
         if var.dtype not in ("int32", "int64"):
             raise BuildError(f"scalar parameter {var.name} has dtype {var.dtype}; expected int32")
         arg = fn.args[len(func.params) + j]
-        arg.name = _c_name(var.name)
+        arg.name = arg_names[len(func.params) + j]
         em.bind(var, arg)
     em.stmt(body)
     em.finish()
     _add_meta(module, func)
     return module, ctx.uses_parallel
-
-
-def _c_name(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
 
 
 def _dim(d) -> object:

@@ -22,6 +22,7 @@ from scheduler_core.schedule.dataflow_step import replay_steps
 from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite
 from scheduler_core.schedule.loop_state import State
 
+from .bounds import check_bounds
 from .build_module import build, lower
 
 ENTRY_NAME = "default_function"  # the C symbol of every measured and exported program
@@ -56,11 +57,13 @@ class Program:
 def program_from_state(state: State, target: Any, name: str = ENTRY_NAME) -> Program:
     """The Program of a replayed State: layout rewrite, then lowering with the passes.
 
-    Raises ScheduleError / LoweringError when the state cannot be lowered, InvalidTargetError
-    for a target the parser rejects.
+    Raises ScheduleError / LoweringError when the state cannot be lowered or the lowered
+    program has a load or store that is not provably in bounds (:func:`.bounds.check_bounds`),
+    InvalidTargetError for a target the parser rejects.
     """
     rewritten = apply_layout_rewrite(state)
     func = lower(rewritten, list(state.dag.tensors), name=name)
+    check_bounds(func)
     return Program(rewritten, func, Target.parse(target))
 
 

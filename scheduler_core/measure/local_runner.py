@@ -17,6 +17,15 @@ generated code) and handed to the worker as an ``.npz`` file; the outputs of the
 program's first call (output buffers pre-filled with NaN, so unwritten elements
 show) must match within rtol 1e-3, atol 1e-4 (float32/float64; float16: 1e-2,
 1e-3; other dtypes exactly), otherwise WRONG_ANSWER.
+
+The worker is a sandbox of sorts (belt and braces around generated code): it runs
+without the service's credentials in its environment (``popen_pool.worker_environment``:
+no REDIS_URL, AUTOSCHED_API_TOKEN or *TOKEN*/*PASSWORD*/*SECRET*/*KEY* variables), with
+no core files (RLIMIT_CORE = 0), a bounded address space (RLIMIT_AS = ``mem_limit_bytes``,
+by default half the machine's physical memory, at least 1 GiB: a program that
+allocates more gets NULL from malloc or dies, giving RUNTIME_DEVICE, instead of
+taking the machine's memory) and a CPU-time bound per run (RLIMIT_CPU,
+:func:`cpu_limit_s`; SIGXCPU past it, a backstop behind the wall-clock timeout).
 """
 
 from __future__ import annotations
@@ -44,11 +53,13 @@ from .data import (
     MeasureResult,
     failed_result,
 )
-from .popen_pool import PopenPool
+from .popen_pool import PopenPool, WorkerLimits
 
 _WORKER_FUNC = "scheduler_core.measure.local_runner:run_in_worker"
 MAX_RUNS_PER_WORKER = 200   # a runner worker is replaced after this many runs (loaded .so files pile up)
 INPUT_SEED = 0              # seed of the random input arrays
+MEM_LIMIT_FRACTION = 0.5    # default RLIMIT_AS of a runner worker: this much of the physical memory
+MIN_MEM_LIMIT_BYTES = 1 << 30  # ... but never less than 1 GiB
 TOLERANCES = {"float16": (1e-2, 1e-3), "float32": (1e-3, 1e-4), "float64": (1e-3, 1e-4)}  # dtype -> (rtol, atol)
 
 
@@ -64,19 +75,33 @@ class LocalRunner:
     min_repeat_ms : float, milliseconds a measurement must at least last
     enable_cpu_cache_flush : bool, flush the CPU caches before each measurement
     check_correctness : bool, compare the outputs with the reference evaluator first
+    mem_limit_bytes : int or None, the worker's address-space limit (RLIMIT_AS); None:
+        :func:`default_mem_limit_bytes` (half the physical memory, at least 1 GiB); 0: none.
+        It bounds the whole worker (Python, numpy, the inputs, the program), so it
+        must leave room for more than the program's buffers.
 
+    The worker also runs without secrets in its environment, without core files and with
+    a CPU-time limit of :func:`cpu_limit_s` per run (see the module docstring).
     The meaning of number/repeat/min_repeat_ms is ``Module.time_evaluator``'s (TVM's).
     """
 
     def __init__(self, timeout_s: float = 10, number: int = 3, repeat: int = 1, min_repeat_ms: float = 100,
-                 enable_cpu_cache_flush: bool = False, check_correctness: bool = False):
+                 enable_cpu_cache_flush: bool = False, check_correctness: bool = False,
+                 mem_limit_bytes: int | None = None):
         check_timing_args(number, repeat, min_repeat_ms)
         self.timeout_s = float(timeout_s)
+        if mem_limit_bytes is None:
+            mem_limit_bytes = default_mem_limit_bytes()
+        if int(mem_limit_bytes) < 0:
+            raise ValueError(f"mem_limit_bytes must be >= 0 (0: no limit), got {mem_limit_bytes}")
+        self.mem_limit_bytes = int(mem_limit_bytes)
+        limits = WorkerLimits(core_bytes=0, address_space_bytes=self.mem_limit_bytes or None,
+                              cpu_s_per_task=cpu_limit_s(self.timeout_s))
         self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), float(min_repeat_ms)
         self.enable_cpu_cache_flush = bool(enable_cpu_cache_flush)
         self.check_correctness = bool(check_correctness)
         self._pool = PopenPool(1, preload=("scheduler_core.measure.local_runner",),
-                               max_tasks_per_worker=MAX_RUNS_PER_WORKER)
+                               max_tasks_per_worker=MAX_RUNS_PER_WORKER, limits=limits)
         self._data_dir = tempfile.mkdtemp(prefix="autosched_run_")
         self._reference_files: dict = {}  # (workload_key, arg specs) -> (.npz path, error message)
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._data_dir, True)
@@ -156,6 +181,32 @@ class LocalRunner:
                 np.savez(path, **named)
                 self._reference_files[key] = (path, "")
         return self._reference_files[key]
+
+
+def default_mem_limit_bytes() -> int:
+    """The default address-space limit of a runner worker: MEM_LIMIT_FRACTION of the physical
+    memory (``os.sysconf``), at least MIN_MEM_LIMIT_BYTES; 8 GiB where it cannot be read."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+    if total <= 0:
+        return 8 << 30
+    return max(MIN_MEM_LIMIT_BYTES, int(total * MEM_LIMIT_FRACTION))
+
+
+def cpu_limit_s(timeout_s: float) -> float:
+    """CPU seconds one run may use in the worker: ``(4 * timeout_s + 10) * cpus``.
+
+    RLIMIT_CPU counts the CPU time of every thread, and a parallel program keeps all the
+    worker's CPUs busy, so the bound scales with the CPUs it may use; it never fires
+    before the wall-clock ``timeout_s`` and only stops a run the timeout failed to stop.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return (4.0 * float(timeout_s) + 10.0) * max(1, cpus)
 
 
 def check_against_reference(inp: MeasureInput, build_result: BuildResult, timeout_s: float = 60.0,

@@ -13,6 +13,13 @@ tuning script without an ``if __name__ == "__main__"`` guard keeps working), the
 never inherit the parent's threads (llvmlite, OpenMP) as a ``fork`` would, and a
 crash in one of them only costs that task.
 
+The children never see the service's credentials: their environment is the parent's
+without ``REDIS_URL``, ``AUTOSCHED_API_TOKEN`` and any variable whose name contains
+TOKEN, PASSWORD, SECRET or KEY (:func:`worker_environment`).  A pool may also give its
+children resource limits (:class:`WorkerLimits`: no core files, an address-space
+bound, a CPU-time bound per task), which each child sets on itself with
+``resource.setrlimit`` before it imports anything.
+
 Messages are pickles of plain values (str, int, float, lists, tuples, dicts) over
 private pipes between this library's own processes; the function to call is named
 by ``"module:function"`` and must live in ``scheduler_core``.  Nothing a user sent
@@ -24,7 +31,10 @@ from __future__ import annotations
 import collections
 import faulthandler
 import importlib
+import json
+import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -44,6 +54,46 @@ MAX_START_FAILURES = 3      # children that die while starting, in a row, before
 STDERR_TAIL_CHARS = 2000    # how much of a dead child's stderr goes into the error text
 ORPHAN_POLL_S = 1.0         # how often a child checks that its parent still lives
 _ALLOWED_PREFIX = "scheduler_core."
+SECRET_ENV_NAMES = ("REDIS_URL", "AUTOSCHED_API_TOKEN")   # never passed to a child
+SECRET_ENV_WORDS = ("TOKEN", "PASSWORD", "SECRET", "KEY")  # nor any variable whose name holds one
+LIMITS_ENV = "AUTOSCHED_WORKER_LIMITS"  # how a child learns its WorkerLimits (JSON)
+
+
+def worker_environment(environ: dict | None = None) -> dict:
+    """The environment of a worker process: ``environ`` (default ``os.environ``) without secrets.
+
+    Drops ``REDIS_URL``, ``AUTOSCHED_API_TOKEN`` and every variable whose name contains
+    TOKEN, PASSWORD, SECRET or KEY (case-insensitive), so that a measured program that
+    reads its environment learns nothing of the service's credentials.
+    """
+    env = dict(os.environ if environ is None else environ)
+    return {k: v for k, v in env.items()
+            if k not in SECRET_ENV_NAMES and not any(w in k.upper() for w in SECRET_ENV_WORDS)}
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """Resource limits a child sets on itself (``resource.setrlimit``; None = leave as is).
+
+    core_bytes : RLIMIT_CORE, soft and hard (0: a crashing program leaves no core file)
+    address_space_bytes : RLIMIT_AS, soft and hard: a program that allocates more gets
+        NULL from malloc (or dies) instead of taking the machine's memory
+    cpu_s_per_task : RLIMIT_CPU soft limit, re-armed before each task to the CPU seconds
+        used so far plus this; a child past it gets SIGXCPU and dies (a backstop for the
+        parent's wall-clock timeout: CPU time counts every thread of the child)
+    """
+
+    core_bytes: int | None = 0
+    address_space_bytes: int | None = None
+    cpu_s_per_task: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps([self.core_bytes, self.address_space_bytes, self.cpu_s_per_task])
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerLimits:
+        core, space, cpu = json.loads(text)
+        return cls(core, space, cpu)
 
 
 @dataclass(frozen=True)
@@ -65,11 +115,14 @@ class TaskOutcome:
 class _Worker:
     """One child process, its two pipe ends and its stderr file."""
 
-    def __init__(self, preload: Sequence[str]):
+    def __init__(self, preload: Sequence[str], limits: WorkerLimits | None = None):
         parent_r, child_w = os.pipe()
         child_r, parent_w = os.pipe()
         self.stderr = tempfile.TemporaryFile(prefix="autosched_worker_")
-        env = dict(os.environ)
+        env = worker_environment()
+        env.pop(LIMITS_ENV, None)
+        if limits is not None:
+            env[LIMITS_ENV] = limits.to_json()
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH", "")] if p])
         cmd = [sys.executable, "-m", "scheduler_core.measure.popen_pool", str(child_r), str(child_w), str(os.getpid()),
@@ -148,16 +201,21 @@ class PopenPool:
         import time never counts against a task's timeout)
     max_tasks_per_worker : int or None, replace a child after this many tasks
         (bounds what loaded libraries and caches can accumulate); None = never
+    limits : WorkerLimits or None, resource limits each child sets on itself
+
+    Children never inherit secrets from the environment (:func:`worker_environment`).
 
     Children start lazily on the first :meth:`map` and are kept between calls;
     :meth:`close` (or garbage collection, or interpreter exit) ends them.
     """
 
-    def __init__(self, n_workers: int, preload: Sequence[str] = (), max_tasks_per_worker: int | None = None):
+    def __init__(self, n_workers: int, preload: Sequence[str] = (), max_tasks_per_worker: int | None = None,
+                 limits: WorkerLimits | None = None):
         if int(n_workers) < 1:
             raise ValueError(f"n_workers must be >= 1, got {n_workers}")
         self.n_workers = int(n_workers)
         self.preload = tuple(preload)
+        self.limits = limits
         self.max_tasks_per_worker = max_tasks_per_worker
         self._workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _kill_all, self._workers)
@@ -204,7 +262,7 @@ class PopenPool:
         """Start children until there are enough for the pending tasks (at most n_workers)."""
         idle_or_starting = sum(1 for w in self._workers if w.task is None)
         while len(self._workers) < self.n_workers and idle_or_starting < n_pending:
-            self._workers.append(_Worker(self.preload))
+            self._workers.append(_Worker(self.preload, self.limits))
             idle_or_starting += 1
 
     def _wait_once(self, outcomes: list, start_failures: int) -> int:
@@ -301,8 +359,38 @@ def _exit_when_orphaned(parent_pid: int) -> None:
     os._exit(3)
 
 
+def _set_limit(which: int, value: int) -> None:
+    """Soft and hard limit ``which`` to ``value`` (never above the hard limit already there)."""
+    _, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))
+
+
+def apply_limits(limits: WorkerLimits) -> None:
+    """Set the process-wide limits of ``limits`` on this process (RLIMIT_CORE, RLIMIT_AS)."""
+    if limits.core_bytes is not None:
+        _set_limit(resource.RLIMIT_CORE, int(limits.core_bytes))
+    if limits.address_space_bytes is not None:
+        _set_limit(resource.RLIMIT_AS, int(limits.address_space_bytes))
+
+
+def arm_cpu_limit(cpu_s: float) -> None:
+    """RLIMIT_CPU soft limit: the CPU seconds this process used so far plus ``cpu_s``."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(use.ru_utime + use.ru_stime + float(cpu_s))
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
 def child_main(read_fd: int, write_fd: int, parent_pid: int, preload: Sequence[str]) -> None:
-    """The loop of a child: import ``preload``, say ready, then serve calls until EOF."""
+    """The loop of a child: set its limits, import ``preload``, say ready, then serve calls until EOF."""
+    limits_text = os.environ.pop(LIMITS_ENV, "")
+    limits = WorkerLimits.from_json(limits_text) if limits_text else None
+    if limits is not None:
+        apply_limits(limits)
     faulthandler.enable()  # a segfault leaves a Python traceback in the stderr file
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     recv_conn = Connection(read_fd, writable=False)
@@ -316,6 +404,8 @@ def child_main(read_fd: int, write_fd: int, parent_pid: int, preload: Sequence[s
             func, args = recv_conn.recv()
         except (EOFError, OSError):
             return
+        if limits is not None and limits.cpu_s_per_task is not None:
+            arm_cpu_limit(limits.cpu_s_per_task)
         try:
             reply = ("ok", _resolve(func, functions)(*args))
         except Exception as err:  # noqa: BLE001 - every failure goes back as text

@@ -23,6 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
+from scheduler_core.base.c_names import c_identifiers
 from scheduler_core.base.errors import RuntimeArgumentError
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import expr_functor as EF
@@ -292,22 +293,3 @@ def _check_computed_dims(i: int, p: ParamSpec, shape: tuple, bound: dict) -> Non
             raise RuntimeArgumentError(
                 f"argument {i} ({p.name}): expected shape {_shape_text(p.shape, bound)}, got {shape}")
 
-
-def c_identifiers(names: list) -> list:
-    """``names`` made into distinct C identifiers (``T_add.local`` -> ``T_add_local``)."""
-    out: list = []
-    for name in names:
-        ident = re.sub(r"\W", "_", name) or "arg"
-        if ident[0].isdigit() or ident in _C_KEYWORDS:
-            ident = "_" + ident
-        base, k = ident, 1
-        while ident in out:
-            ident, k = f"{base}_{k}", k + 1
-        out.append(ident)
-    return out
-
-
-_C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if inline int "
-    "long register restrict return short signed sizeof static struct switch typedef union unsigned void "
-    "volatile while bool".split())
