@@ -2,4 +2,5 @@
 
     build_module  build() and lower() with the passes, as tvm.build / tvm.lower
     program       one path from a record's steps to a program (replay, layout rewrite, lower, build)
+    bounds        proof that every load/store of a lowered program stays inside its buffer
 """
