@@ -31,7 +31,7 @@ from rq.serializers import JSONSerializer
 from scheduler_core.search.tuning_options import FIELDS_BY_NAME
 from workers.best import describe_best
 from workers.job_state import ENDED_STATES, JobState
-from workers.processes import WorkerSupervisor, start_worker_process, stop_worker_processes
+from workers.processes import WorkerSupervisor, recover_interrupted_jobs, start_worker_process, stop_worker_processes
 from workers.queues import TUNE_QUEUE, enqueue_tune, measure_queue_name
 from workers.redis_conn import (
     DATA_DIR_ENV,
@@ -41,7 +41,7 @@ from workers.redis_conn import (
     started_embedded,
     stop_embedded,
 )
-from workers.store import RedisStore, import_record_file
+from workers.store import ActiveJobError, RedisStore, import_record_file
 
 from .client import ApiError, Client
 from .main import create_app
@@ -108,9 +108,14 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
     store = RedisStore(conn)
     tuning = {"num_measure_trials": trials, "num_measures_per_round": per_round, "population": population,
               "measure": measure}
-    task_id, workload_key = store.create_task(workload.read_text(), target, tuning)
-    job_id = store.create_job(task_id, trials)
-    enqueue_tune(conn, task_id, job_id, trials)
+    recover_interrupted_jobs(conn)  # a tune stopped earlier on this data dir goes back on the queue
+    try:
+        task_id, _, job_id = store.create_task_with_job(workload.read_text(), target, tuning, trials)
+        enqueue_tune(conn, task_id, job_id, trials)
+    except ActiveJobError as err:  # at most one active job per task: follow the one there is
+        typer.echo(f"task {err.task_id} already has an active job {err.job_id} ({err.state}); following it",
+                   err=True)
+        task_id, job_id = err.task_id, err.job_id
     procs = [start_worker_process(conn)]
     if measure == "queue":
         procs.append(start_worker_process(conn, (measure_queue_name(store.get_task(task_id)["target"]),),

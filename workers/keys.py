@@ -10,6 +10,9 @@ key                                         type        holds
                                                         tuning (JSON), latest_job_id
 ``dag(workload_key)``                       string      the ComputeDAG JSON
 ``records(workload_key, target)``           list        record JSON lines (RPUSH, atomic append)
+``record_states(workload_key, target)``     set         the identity of every recorded state (a
+                                                        digest of its compact step JSON): a state
+                                                        is recorded once per workload+target
 ``best(workload_key, target)``              hash        cost_s, record (the fastest NO_ERROR line)
 ``job(job_id)``                             hash        state, trials_done/total, best_cost_s,
                                                         best_gflops, errors (JSON), timestamps
@@ -44,6 +47,10 @@ def dag(workload_key: str) -> str:
 
 def records(workload_key: str, target: str) -> str:
     return _workload_target_key("records", workload_key, target)
+
+
+def record_states(workload_key: str, target: str) -> str:
+    return _workload_target_key("record_states", workload_key, target)
 
 
 def best(workload_key: str, target: str) -> str:

@@ -1,9 +1,12 @@
 """RedisStore: tasks, jobs, records, best-record index, artifacts and model snapshots in Redis.
 
-    POST /tasks --create_task--> task hash + DAG + task_for_workload index
-               --create_job--> job hash (queued)
-    tune_job --RedisRecordSink(policy, inputs, results)--> RPUSH records, best (Lua, keeps the min),
-               job progress (trials_done, best cost, error counts), in one MULTI/EXEC
+    POST /tasks --create_task_with_job--> DAG + task hash + task_for_workload index + job hash
+               (queued), in one WATCH/MULTI/EXEC; ActiveJobError while the task has a queued or
+               running job (nothing written).  The caller enqueues the job after it.
+    resume --create_job--> job hash, the same way (at most one active job per task)
+    tune_job --RedisRecordSink(policy, inputs, results)--> records whose state is new (Lua: SADD
+               the state to record_states, RPUSH, lower the best), job progress (trials_done,
+               best cost, error counts), in one MULTI/EXEC
     resume --load_measured--> [(MeasureInput, MeasureResult)] for the policy and the cost model
 
 Records are the lines of ``scheduler_core.measure.record`` (``encode_record``);
@@ -13,6 +16,7 @@ its DAG rebuilds every measured state.  Keys come from :mod:`workers.keys` only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -22,15 +26,16 @@ from typing import Any
 
 import redis
 
+from scheduler_core.base.errors import RecordFormatError, SchedulerCoreError
 from scheduler_core.base.target import Target
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
 from scheduler_core.measure.data import MeasureErrorNo
-from scheduler_core.measure.record import DagLine, decode_record, encode_record, iter_lines, parse_line
+from scheduler_core.measure.record import DagLine, RawRecord, decode_record, encode_record, iter_lines, parse_line
 from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
-from .job_state import ENDED_STATES, JobState
+from .job_state import ACTIVE_STATES, ENDED_STATES, JobState
 
 _PAGE = 1000
 
@@ -42,6 +47,27 @@ if (not cur) or tonumber(ARGV[1]) < tonumber(cur) then
   return 1
 end
 return 0
+"""
+
+# KEYS[1] = records list, KEYS[2] = record_states set, KEYS[3] = best hash;
+# ARGV = state id, record line, cost_s ('' for an error), for each record in turn.
+# Appends each record whose state is not in the set yet (adding it), lowers the best to the
+# fastest appended record; returns the number appended.
+_APPEND_NEW_RECORDS = """
+local appended = 0
+for k = 1, #ARGV, 3 do
+  if redis.call('SADD', KEYS[2], ARGV[k]) == 1 then
+    redis.call('RPUSH', KEYS[1], ARGV[k + 1])
+    appended = appended + 1
+    if ARGV[k + 2] ~= '' then
+      local cur = redis.call('HGET', KEYS[3], 'cost_s')
+      if (not cur) or tonumber(ARGV[k + 2]) < tonumber(cur) then
+        redis.call('HSET', KEYS[3], 'cost_s', ARGV[k + 2], 'record', ARGV[k + 1])
+      end
+    end
+  end
+end
+return appended
 """
 
 # KEYS[1] = job hash; ARGV = n_trials, errors JSON {name: count}, best cost_s ('' for none), flop_ct.
@@ -81,6 +107,57 @@ def canonical_target(target: str) -> str:
     return Target.parse(str(target)).str
 
 
+def record_steps(line: str) -> str:
+    """The steps of a record line as compact JSON: the identity of its state (``state_key``).
+
+    Raises RecordFormatError for a line that is not a record.
+    """
+    rec = parse_line(line)
+    if not isinstance(rec, RawRecord):
+        raise RecordFormatError("not a measurement record (a DAG line or a blank line)")
+    return json.dumps(list(rec.steps), separators=(",", ":"))
+
+
+def record_state_id(line: str) -> str:
+    """The member of ``keys.record_states`` for a record line: a digest of :func:`record_steps`."""
+    return hashlib.blake2b(record_steps(line).encode(), digest_size=16).hexdigest()
+
+
+class ActiveJobError(Exception):
+    """The task already has a queued or running job (a task has at most one active job).
+
+    Attributes: ``task_id``, ``job_id`` (the active job), ``state`` (its JobState value).
+    """
+
+    def __init__(self, task_id: str, job_id: str, state: str):
+        super().__init__(f"task {task_id!r} already has an active job {job_id!r} ({state})")
+        self.task_id, self.job_id, self.state = task_id, job_id, state
+
+
+def _new_job_fields(job_id: str, task_id: str, trials: int) -> dict:
+    return {"job_id": job_id, "task_id": task_id, "state": JobState.queued.value, "trials_done": 0,
+            "trials_total": int(trials), "best_cost_s": "", "best_gflops": "", "errors": "{}",
+            "created": repr(time.time()), "started": "", "ended": "", "error": "", "cancel": 0}
+
+
+def _watch_active_job(pipe, task_id: str) -> tuple[str, str] | None:
+    """WATCH the task hash and its latest job; ``(job_id, state)`` of that job when it is active.
+
+    ``pipe`` is a pipeline in immediate (WATCH) mode: a change to either key before the
+    caller's EXEC aborts the transaction (WatchError).
+    """
+    pipe.watch(keys.task(task_id))
+    latest = pipe.hget(keys.task(task_id), "latest_job_id")
+    if not latest:
+        return None
+    latest = _s(latest)
+    pipe.watch(keys.job(latest))
+    state = pipe.hget(keys.job(latest), "state")
+    if state is None or _s(state) not in {s.value for s in ACTIVE_STATES}:
+        return None
+    return latest, _s(state)
+
+
 class RedisStore:
     """All service state in one Redis (see :mod:`workers.keys` for the layout).
 
@@ -92,6 +169,7 @@ class RedisStore:
     def __init__(self, conn: redis.Redis):
         self.conn = conn
         self._update_best = conn.register_script(_UPDATE_BEST)
+        self._append_new_records = conn.register_script(_APPEND_NEW_RECORDS)
         self._job_progress = conn.register_script(_JOB_PROGRESS)
 
     # -- tasks -----------------------------------------------------------------
@@ -103,25 +181,61 @@ class RedisStore:
         by ``tuning``), so a second POST reuses every record measured before.
         ``tuning``: TuningOptions or a dict of its fields (missing ones take the defaults);
         the task keeps every field (``TuningOptions.to_json``).
+        The DAG, the task hash and the workload+target index are written in one
+        transaction: a reader never sees the index without its task.
         Raises InvalidWorkloadError for a bad DAG or tuning option, InvalidTargetError
         (a BuildError) for a target the parser rejects.
         """
+        task_id, wk, _ = self._create(dag_json, target, tuning, None)
+        return task_id, wk
+
+    def create_task_with_job(self, dag_json: str | dict | ComputeDAG, target: str,
+                             tuning: TuningOptions | Mapping | None, trials: int) -> tuple[str, str, str]:
+        """:meth:`create_task` and :meth:`create_job` in one transaction; ``(task_id, workload_key, job_id)``.
+
+        Raises ActiveJobError, writing nothing (the task keeps its tuning), when the task
+        of this workload and target already has a queued or running job: of concurrent
+        calls for one workload, exactly one creates a job.  The caller enqueues it.
+        """
+        return self._create(dag_json, target, tuning, int(trials))
+
+    def _create(self, dag_json, target: str, tuning, trials: int | None) -> tuple[str, str, str | None]:
+        """The task (and, with ``trials``, its new job) in one WATCH/MULTI/EXEC, retried on a race."""
         if not isinstance(tuning, TuningOptions):
             tuning = TuningOptions.from_json(dict(tuning or {}))
         dag = dag_json if isinstance(dag_json, ComputeDAG) else ComputeDAG.from_json(dag_json)
         target = canonical_target(target)
         wk = dag.workload_key
-        self.conn.setnx(keys.dag(wk), dag.to_json())
-        new_id = uuid.uuid4().hex
+        dag_text, tuning_text = dag.to_json(), json.dumps(tuning.to_json())
         index = keys.task_for_workload(wk, target)
-        created = self.conn.set(index, new_id, nx=True)
-        task_id = new_id if created else _s(self.conn.get(index))
-        fields = {"tuning": json.dumps(tuning.to_json())}
-        if created:
-            fields.update(task_id=task_id, workload_key=wk, target=target, created=repr(time.time()),
-                          latest_job_id="")
-        self.conn.hset(keys.task(task_id), mapping=fields)
-        return task_id, wk
+        job_id = uuid.uuid4().hex if trials is not None else None
+        with self.conn.pipeline(transaction=True) as p:
+            while True:
+                try:
+                    p.watch(index)
+                    existing = p.get(index)
+                    task_id = _s(existing) if existing is not None else uuid.uuid4().hex
+                    if existing is not None and trials is not None:
+                        active = _watch_active_job(p, task_id)
+                        if active is not None:
+                            raise ActiveJobError(task_id, *active)
+                    complete = existing is not None and p.hexists(keys.task(task_id), "workload_key")
+                    fields = {"tuning": tuning_text}
+                    if not complete:
+                        fields.update(task_id=task_id, workload_key=wk, target=target, created=repr(time.time()),
+                                      latest_job_id="")
+                    p.multi()
+                    p.setnx(keys.dag(wk), dag_text)
+                    if existing is None:
+                        p.set(index, task_id)
+                    if job_id is not None:
+                        p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
+                        fields["latest_job_id"] = job_id
+                    p.hset(keys.task(task_id), mapping=fields)
+                    p.execute()
+                    return task_id, wk, job_id
+                except redis.WatchError:
+                    continue
 
     def get_task(self, task_id: str) -> dict | None:
         """The task hash with ``tuning`` decoded, or None for an unknown id."""
@@ -152,19 +266,27 @@ class RedisStore:
     def create_job(self, task_id: str, trials: int) -> str:
         """A new job hash (state ``queued``) for ``trials`` measurements; the task's latest job.
 
+        Atomic (WATCH/MULTI/EXEC): raises ActiveJobError, writing nothing, while the task's
+        latest job is queued or running, so of concurrent calls exactly one creates a job.
         Raises KeyError for an unknown task.
         """
-        if not self.conn.hexists(keys.task(task_id), "workload_key"):
-            raise KeyError(f"unknown task {task_id!r}")
         job_id = uuid.uuid4().hex
-        with self.conn.pipeline() as p:
-            p.hset(keys.job(job_id), mapping={
-                "job_id": job_id, "task_id": task_id, "state": JobState.queued.value, "trials_done": 0,
-                "trials_total": int(trials), "best_cost_s": "", "best_gflops": "", "errors": "{}",
-                "created": repr(time.time()), "started": "", "ended": "", "error": "", "cancel": 0})
-            p.hset(keys.task(task_id), "latest_job_id", job_id)
-            p.execute()
-        return job_id
+        with self.conn.pipeline(transaction=True) as p:
+            while True:
+                try:
+                    p.watch(keys.task(task_id))
+                    if not p.hexists(keys.task(task_id), "workload_key"):
+                        raise KeyError(f"unknown task {task_id!r}")
+                    active = _watch_active_job(p, task_id)
+                    if active is not None:
+                        raise ActiveJobError(task_id, *active)
+                    p.multi()
+                    p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
+                    p.hset(keys.task(task_id), "latest_job_id", job_id)
+                    p.execute()
+                    return job_id
+                except redis.WatchError:
+                    continue
 
     def get_job(self, job_id: str) -> dict | None:
         """The job hash with numbers and ``errors`` decoded (None for absent values); None if unknown."""
@@ -224,10 +346,63 @@ class RedisStore:
 
     # -- records ---------------------------------------------------------------
     def append_records(self, workload_key: str, target: str, lines: list[str], pipeline=None):
-        """RPUSH record lines (one atomic append); the new list length (or the pipeline)."""
+        """RPUSH record lines as they are, duplicates too; the new list length (or the pipeline).
+
+        Their states join ``keys.record_states`` in the same transaction, so
+        :meth:`append_new_records` skips them.
+        """
         if not lines:
             return self.count_records(workload_key, target) if pipeline is None else pipeline
-        return (pipeline or self.conn).rpush(keys.records(workload_key, target), *lines)
+        ids = []
+        for line in lines:
+            try:
+                ids.append(record_state_id(line))
+            except SchedulerCoreError:
+                continue
+        p = pipeline if pipeline is not None else self.conn.pipeline(transaction=True)
+        p.rpush(keys.records(workload_key, target), *lines)
+        if ids:
+            p.sadd(keys.record_states(workload_key, target), *ids)
+        return p if pipeline is not None else p.execute()[0]
+
+    def append_new_records(self, workload_key: str, target: str, records: list[tuple[str, float | None]],
+                           pipeline=None):
+        """Append the ``(line, cost_s or None)`` records whose state is not recorded yet (Lua, atomic).
+
+        A state (:func:`record_state_id`) is recorded once per workload+target, even when
+        two jobs write it at once; the best index is lowered to the fastest appended record.
+        Returns the number appended (or the pipeline).  Records appended by
+        :meth:`append_records` before ``keys.record_states`` existed count once
+        :meth:`index_record_states` ran.
+        """
+        args: list = []
+        for line, cost_s in records:
+            args += [record_state_id(line), line, "" if cost_s is None else repr(float(cost_s))]
+        if not args:
+            return 0 if pipeline is None else pipeline
+        return self._append_new_records(
+            keys=[keys.records(workload_key, target), keys.record_states(workload_key, target),
+                  keys.best(workload_key, target)], args=args, client=pipeline or self.conn)
+
+    def index_record_states(self, workload_key: str, target: str) -> int:
+        """Add the state of every stored record to ``keys.record_states`` (idempotent).
+
+        Only reads the records when the set has fewer members than the list has lines
+        (records stored before the set, or by :meth:`append_records`).  Lines that are
+        not records are left out.  Returns the set's size.
+        """
+        states = keys.record_states(workload_key, target)
+        if self.conn.scard(states) >= self.count_records(workload_key, target):
+            return int(self.conn.scard(states))
+        ids = []
+        for line in self.iter_records(workload_key, target):
+            try:
+                ids.append(record_state_id(line))
+            except SchedulerCoreError:
+                continue
+        for lo in range(0, len(ids), _PAGE):
+            self.conn.sadd(states, *ids[lo:lo + _PAGE])
+        return int(self.conn.scard(states))
 
     def update_best(self, workload_key: str, target: str, cost_s: float, record: str, pipeline=None):
         """Make ``record`` the best of workload+target if ``cost_s`` (seconds) is lower (Lua, atomic)."""
@@ -267,8 +442,7 @@ class RedisStore:
 
     def step_records(self, workload_key: str, target: str) -> list[str]:
         """The steps of every record as compact JSON (a state's identity), without replaying them."""
-        return [json.dumps(list(parse_line(line).steps), separators=(",", ":"))
-                for line in self.iter_records(workload_key, target)]
+        return [record_steps(line) for line in self.iter_records(workload_key, target)]
 
     # -- artifacts and model snapshots -------------------------------------------
     def save_artifact(self, task_id: str, fmt: str, data: bytes) -> None:
@@ -291,29 +465,35 @@ class JobCancelled(Exception):
 def import_record_file(store: RedisStore, path: str | os.PathLike) -> int:
     """Append a record file (RecordToFile's JSON lines) to Redis: its DAGs, records and best index.
 
-    Returns the number of records imported.  Raises RecordFormatError naming the first
-    invalid line (nothing after it is imported).
+    A record whose state is already stored for its workload+target is skipped (a state
+    is recorded once), so importing a file twice adds nothing.  Returns the number of
+    records appended.  Raises RecordFormatError naming the first invalid line (nothing
+    after it is imported).
     """
-    n = 0
+    n, indexed = 0, set()
     for item in iter_lines(str(path)):
         if isinstance(item, DagLine):
             store.conn.setnx(keys.dag(item.workload_key), json.dumps(item.dag))
             continue
-        store.append_records(item.workload_key, item.target, [item.text])
-        if item.error_no == MeasureErrorNo.NO_ERROR:
-            store.update_best(item.workload_key, item.target, item.mean_cost, item.text)
-        n += 1
+        if (item.workload_key, item.target) not in indexed:
+            store.index_record_states(item.workload_key, item.target)
+            indexed.add((item.workload_key, item.target))
+        cost = item.mean_cost if item.error_no == MeasureErrorNo.NO_ERROR else None
+        n += store.append_new_records(item.workload_key, item.target, [(item.text, cost)])
     return n
 
 
 class RedisRecordSink:
     """Measure callback ``(policy, inputs, results)`` writing each batch to Redis.
 
-    One MULTI/EXEC per batch: RPUSH the records (``encode_record``), lower the
-    best-record index (Lua), and add to the job's trials_done / error counts /
-    best cost (GFLOP/s from ``task.compute_dag.flop_ct``).  A killed worker thus
-    loses no finished batch, and trials_done always equals the records this job
-    appended.  Raises :class:`JobCancelled` after writing when a cancel was requested.
+    One MULTI/EXEC per batch: append the records (``encode_record``) whose state is not
+    recorded yet for the workload+target and lower the best-record index to the fastest
+    of them (one Lua script: a state is recorded once even when two jobs measure it at
+    once), and add to the job's trials_done / error counts / best cost (GFLOP/s from
+    ``task.compute_dag.flop_ct``).  trials_done counts this job's measurements, the
+    skipped duplicates included (what the job has done; a retry subtracts it).  A killed
+    worker thus loses no finished batch.  Raises :class:`JobCancelled` after writing when
+    a cancel was requested.
 
     Parameters
     ----------
@@ -326,27 +506,27 @@ class RedisRecordSink:
         self.store = store
         self.task = task
         self.job_id = job_id
+        self._indexed = False
 
     def __call__(self, policy: Any, inputs: list, results: list) -> None:
         wk, target = self.task.workload_key, str(self.task.target)
-        lines, errors = [], {}
-        best: tuple | None = None
+        records, errors = [], {}
+        best: float | None = None
         for inp, res in zip(inputs, results):
-            line = encode_record(inp, res)
-            lines.append(line)
+            records.append((encode_record(inp, res), res.cost))
             if res.cost is not None:
-                if best is None or res.cost < best[0]:
-                    best = (res.cost, line)
+                if best is None or res.cost < best:
+                    best = res.cost
             else:
                 name = MeasureErrorNo(res.error_no).name
                 errors[name] = errors.get(name, 0) + 1
-        if lines:
+        if records:
+            if not self._indexed:  # records stored before keys.record_states count as recorded
+                self.store.index_record_states(wk, target)
+                self._indexed = True
             with self.store.conn.pipeline(transaction=True) as p:
-                self.store.append_records(wk, target, lines, pipeline=p)
-                if best is not None:
-                    self.store.update_best(wk, target, best[0], best[1], pipeline=p)
-                self.store.add_job_progress(self.job_id, len(lines), errors,
-                                            None if best is None else best[0],
+                self.store.append_new_records(wk, target, records, pipeline=p)
+                self.store.add_job_progress(self.job_id, len(records), errors, best,
                                             self.task.compute_dag.flop_ct, pipeline=p)
                 p.execute()
         if self.store.cancel_requested(self.job_id):

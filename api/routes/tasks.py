@@ -1,7 +1,12 @@
 """The task resource: create (and start a search), read, records, best, artifact, resume.
 
-    POST /tasks --ComputeDAG.from_json (limits from Settings)--> store.create_task
-                --store.create_job--> enqueue_tune (RQ "tune" queue) --> 201 TaskCreated
+    POST /tasks --ComputeDAG.from_json (limits from Settings)--> store.create_task_with_job
+                (task, index and queued job in one Redis transaction; 409 naming the active
+                job while the task has one) --> enqueue_tune (RQ "tune" queue) --> 201 TaskCreated
+    POST /tasks/{id}/resume --store.create_job (the same rule, atomic)--> enqueue_tune --> 201
+
+Only the request whose transaction created the job enqueues it, so concurrent POSTs of one
+workload start one search.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from fastapi.responses import PlainTextResponse
 
 from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.best import describe_best
-from workers.job_state import ACTIVE_STATES, JobState
+from workers.job_state import JobState
 from workers.queues import enqueue_tune
+from workers.store import ActiveJobError
 
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, NotFoundError
@@ -34,31 +40,31 @@ ARTIFACT_MEDIA = {"so": "application/octet-stream", "o": "application/octet-stre
                   "ll": "text/plain", "asm": "text/plain"}
 
 
-def _check_idle(store, task: dict) -> None:
-    """ConflictError (409) while the task's latest job is queued or running."""
-    latest = task.get("latest_job_id")
-    job = store.get_job(latest) if latest else None
-    if job and JobState(job["state"]) in ACTIVE_STATES:
-        raise ConflictError(f"task {task['task_id']!r} already has an active job {latest!r} ({job['state']})")
+def _conflict(err: ActiveJobError) -> ConflictError:
+    """The 409 of a task that already has a queued or running job; it names that job."""
+    return ConflictError(str(err))
 
 
-def _start_job(store, conn, task: dict, trials: int) -> str:
-    """Create a job of ``trials`` trials on ``task`` and enqueue it; 409 while another is active."""
-    _check_idle(store, task)
-    job_id = store.create_job(task["task_id"], trials)
-    enqueue_tune(conn, task["task_id"], job_id, trials)
-    return job_id
+def _enqueue(store, conn, task_id: str, job_id: str, trials: int) -> None:
+    """Enqueue the job just created; if that fails the job ends ``failed`` (it never blocks the task)."""
+    try:
+        enqueue_tune(conn, task_id, job_id, trials)
+    except Exception as err:
+        store.set_job_state(job_id, JobState.failed, f"could not enqueue: {type(err).__name__}: {err}"[:300])
+        raise
 
 
 @router.post("", status_code=201, response_model=TaskCreated)
 def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: ConnDep) -> TaskCreated:
     """Validate the DAG, create (or reuse) the task of its workload and target, start a search."""
     dag = ComputeDAG.from_json(body.dag, **settings.dag_limits())
-    existing = store.task_for_workload(dag.workload_key, body.target)
-    if existing:  # before create_task replaces its tuning
-        _check_idle(store, store.get_task(existing))
-    task_id, workload_key = store.create_task(dag, body.target, body.tuning.model_dump())
-    job_id = _start_job(store, conn, store.get_task(task_id), body.tuning.num_measure_trials)
+    trials = body.tuning.num_measure_trials
+    try:
+        task_id, workload_key, job_id = store.create_task_with_job(dag, body.target, body.tuning.model_dump(),
+                                                                   trials)
+    except ActiveJobError as err:
+        raise _conflict(err) from None
+    _enqueue(store, conn, task_id, job_id, trials)
     return TaskCreated(task_id=task_id, job_id=job_id, workload_key=workload_key)
 
 
@@ -70,7 +76,11 @@ def read_task(task: TaskDep) -> TaskPublic:
 @router.post("/{task_id}/resume", status_code=201, response_model=TaskCreated)
 def resume_task(body: TaskResume, task: TaskDep, store: StoreDep, conn: ConnDep) -> TaskCreated:
     """A new job that continues from the task's records (nothing measured is measured again)."""
-    job_id = _start_job(store, conn, task, body.num_measure_trials)
+    try:
+        job_id = store.create_job(task["task_id"], body.num_measure_trials)
+    except ActiveJobError as err:
+        raise _conflict(err) from None
+    _enqueue(store, conn, task["task_id"], job_id, body.num_measure_trials)
     return TaskCreated(task_id=task["task_id"], job_id=job_id, workload_key=task["workload_key"])
 
 

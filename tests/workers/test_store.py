@@ -161,6 +161,6 @@ def test_record_sink_writes_a_batch_best_and_progress(conn):
     store.request_cancel(jid)
     store.set_job_state(jid, "running")
     with pytest.raises(JobCancelled):
-        sink(None, inputs[:1], [_result(1e-3)])
+        sink(None, [_input(dag, 32)], [_result(1e-3)])
     assert store.count_records(wk, "llvm") == 5  # the batch is kept before the job stops
     assert store.best_record(wk, "llvm")[0] == 1e-3
