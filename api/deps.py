@@ -2,7 +2,12 @@
 
     SettingsDep -> Settings (app.state.settings)      ConnDep -> redis.Redis (one per app, lazy)
     StoreDep -> workers.store.RedisStore(conn)        TaskDep -> the task hash of {task_id}, or 404
-    require_token: bearer-token check, a no-op when Settings.api_token is None
+    TokenAuthMiddleware: the bearer-token check of every request but OPEN_PATHS, run before
+        routing, so an unauthenticated request is a 401 before its body is read or validated
+    BodyLimitMiddleware: 413 (ErrorBody) for a body over Settings.max_body_bytes, declared or streamed;
+        inside TokenAuthMiddleware, so an unauthenticated large body is still a 401
+    require_token: the same check as a router dependency (it puts the bearer scheme in the
+        OpenAPI document); both are no-ops when Settings.api_token is None or "" (auth off)
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from redis import Redis
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workers.redis_conn import get_connection
 from workers.store import RedisStore
 
-from .errors import NotFoundError
+from .errors import NotFoundError, error_json
 from .settings import Settings
 
 _conn_lock = threading.Lock()
@@ -52,14 +60,105 @@ StoreDep = Annotated[RedisStore, Depends(get_store)]
 _bearer = HTTPBearer(auto_error=False, description="Settings.api_token, when one is configured")
 
 
+def auth_enabled(settings: Settings) -> bool:
+    """Whether requests need a token: an unset or empty ``api_token`` (docker-compose passes
+    ``AUTOSCHED_API_TOKEN: ${AUTOSCHED_API_TOKEN:-}``, i.e. "") means auth off."""
+    return bool(settings.api_token)
+
+
+def token_ok(settings: Settings, authorization: str | None) -> bool:
+    """Whether the ``Authorization`` header value passes: always when auth is off, else
+    ``Bearer <Settings.api_token>`` (constant-time comparison)."""
+    if not auth_enabled(settings):
+        return True
+    scheme, _, credentials = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(credentials.strip().encode(),
+                                                                 settings.api_token.encode())
+
+
+UNAUTHORIZED = "missing or wrong bearer token"
+
+
+class TokenAuthMiddleware:
+    """401 (ErrorBody, ``WWW-Authenticate: Bearer``) for a request without the right token, before
+    routing: FastAPI validates a route's body before its dependencies run, so a dependency alone
+    would answer an unauthenticated bad body with a 422.  ``open_paths`` (health, docs) stay open."""
+
+    def __init__(self, app: ASGIApp, open_paths: frozenset[str]):
+        self.app, self.open_paths = app, open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            settings = scope["app"].state.settings
+            if not token_ok(settings, Headers(scope=scope).get("authorization")):
+                response = error_json(401, "Unauthorized", UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """A request body over the limit: a 413 ErrorBody (an HTTPException, so FastAPI's body parsing
+    lets it through to api.errors' handler instead of turning it into a 400)."""
+
+    error_name = "ContentTooLarge"
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"Content Too Large: the request body is over max_body_bytes={limit}")
+
+
+class BodyLimitMiddleware:
+    """413 for a request whose body passes ``max_body_size`` bytes: at once when its Content-Length
+    says so, else as soon as the streamed body passes it (FastAPI's own limit answers in plain
+    text, and from outside every user middleware, so before the token check)."""
+
+    def __init__(self, app: ASGIApp, max_body_size: int | None):
+        self.app, self.max_body_size = app, max_body_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limit = self.max_body_size
+        if scope["type"] != "http" or limit is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            declared = int(Headers(scope=scope).get("content-length", ""))
+        except ValueError:
+            declared = None
+        if declared is not None and declared > limit:
+            too_large = BodyTooLarge(limit)
+            await error_json(413, too_large.error_name, str(too_large.detail))(scope, receive, send)
+            return
+        received, started = 0, False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge as exc:  # read outside a route (its handler answers the ones inside)
+            if started:
+                raise
+            await error_json(413, exc.error_name, str(exc.detail))(scope, receive, send)
+
+
 def require_token(settings: SettingsDep,
                   creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
-    """401 unless the request carries ``Authorization: Bearer <Settings.api_token>``."""
-    if settings.api_token is None:
+    """401 unless the request carries ``Authorization: Bearer <Settings.api_token>`` (auth on)."""
+    if not auth_enabled(settings):
         return
-    if creds is None or not secrets.compare_digest(creds.credentials.encode(), settings.api_token.encode()):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or wrong bearer token",
-                            headers={"WWW-Authenticate": "Bearer"})
+    if creds is None or not token_ok(settings, f"Bearer {creds.credentials}"):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
 
 
 def get_task(task_id: str, store: StoreDep) -> dict[str, Any]:

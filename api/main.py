@@ -2,16 +2,20 @@
 
 Routes (OpenAPI at /docs): POST /tasks, GET /tasks/{id}, GET /tasks/{id}/records,
 GET /tasks/{id}/best, GET /tasks/{id}/artifact, POST /tasks/{id}/resume,
-GET /jobs/{id}, DELETE /jobs/{id}, GET /healthz.  With ``Settings.api_token`` set,
-every route but /healthz and the docs needs ``Authorization: Bearer <token>``.
+GET /jobs/{id}, DELETE /jobs/{id}, GET /healthz.  With ``Settings.api_token`` set (non-empty),
+every route but /healthz and the docs needs ``Authorization: Bearer <token>``; the check runs in
+a middleware, before the body is read, so an unauthenticated request is always a 401.
+
+Every error body is an ``api.schemas.ErrorBody`` (422: ``ValidationErrorBody``); the OpenAPI
+document lists each route's error statuses with that schema (``api.errors.error_responses``).
 """
 
 from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
-from .deps import require_token
-from .errors import install_error_handlers
+from .deps import BodyLimitMiddleware, TokenAuthMiddleware, require_token
+from .errors import error_responses, install_error_handlers
 from .routes import health, jobs, tasks
 from .settings import Settings, get_settings
 
@@ -24,14 +28,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ``settings.data_dir``).  Redis unreachable -> 503 with ``Retry-After`` (api.errors).
     """
     settings = settings or get_settings()
-    app = FastAPI(title=settings.project_name, summary="Ansor-style auto-scheduler service",
-                  max_body_size=settings.max_body_bytes)
+    app = FastAPI(title=settings.project_name, summary="Ansor-style auto-scheduler service")
     app.state.settings = settings
     app.state.conn = None
     install_error_handlers(app)
-    protected = [Depends(require_token)]
-    app.include_router(tasks.router, dependencies=protected)
-    app.include_router(jobs.router, dependencies=protected)
+    open_paths = frozenset(p for p in ("/healthz", app.docs_url, app.redoc_url, app.openapi_url,
+                                       app.swagger_ui_oauth2_redirect_url) if p)
+    # The last added runs first: the token check, then the body limit (both before routing).
+    app.add_middleware(BodyLimitMiddleware, max_body_size=settings.max_body_bytes)
+    app.add_middleware(TokenAuthMiddleware, open_paths=open_paths)
+    protected = [Depends(require_token)]  # also puts the bearer scheme in the OpenAPI document
+    # api/routes/tasks.py declares only its success responses; its error statuses apply to all its
+    # routes (409/413/429 from the POSTs, 404 from the /{task_id} ones, 503 from api.limits and Redis).
+    app.include_router(tasks.router, dependencies=protected,
+                       responses=error_responses(401, 404, 409, 413, 422, 429, 503))
+    app.include_router(jobs.router, dependencies=protected, responses=error_responses(401))
     app.include_router(health.router)
     return app
 

@@ -2,6 +2,7 @@
 
     TaskCreate --POST /tasks--> TaskCreated ; TaskPublic ; TaskResume --POST /tasks/{id}/resume--> TaskCreated
     JobPublic (GET/DELETE /jobs/{id}) ; RecordsPage ; BestPublic ; Health
+    ErrorBody (every 4xx/5xx but 422) ; ValidationErrorBody (every 422) ; ValidationIssue
 
 Request schemas are strict (no "10" for 10, no true for 1) and forbid unknown
 fields, so a typo is a 422 naming the field instead of a silently ignored option.
@@ -60,8 +61,27 @@ TuningOptions = create_model(
     **{f.name: _tuning_field(f) for f in TUNING_FIELDS})
 
 
+# A valid POST /tasks body (B = A + A on 4 floats), the OpenAPI example: the docs' "try it out"
+# and schemathesis' examples phase create a real task with it (tests/api/test_schemathesis.py).
+TASK_EXAMPLE = {
+    "dag": {"format": "autosched.compute_dag", "version": 1, "vars": [{"dtype": "int32", "name": "i"}],
+            "tensors": [[0, 0], [1, 0]],
+            "ops": [{"kind": "placeholder", "name": "A", "dtype": "float32", "shape": [4]},
+                    {"kind": "compute", "name": "B", "shape": [4], "axis": [0], "attrs": {}, "tag": "",
+                     "body": {"kind": "binary", "op": "add", "dtype": "float32",
+                              "a": {"kind": "load", "dtype": "float32", "tensor": [0, 0],
+                                    "indices": [{"kind": "var", "id": 0}]},
+                              "b": {"kind": "load", "dtype": "float32", "tensor": [0, 0],
+                                    "indices": [{"kind": "var", "id": 0}]}}}]},
+    "target": "llvm",
+    "tuning": {"num_measure_trials": 8},
+}
+
+
 class TaskCreate(_Request):
     """POST /tasks: a ComputeDAG in its JSON wire format, a target and tuning options."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [TASK_EXAMPLE]})
 
     dag: dict[str, Any] = Field(description="ComputeDAG JSON (docs/dag_json_schema.md)")
     target: Target = "llvm"
@@ -125,3 +145,36 @@ class BestPublic(BaseModel):
 class Health(BaseModel):
     status: str
     redis: bool
+
+
+class ValidationIssue(BaseModel):
+    """One problem of a rejected request, in FastAPI's shape (the input is never echoed)."""
+
+    type: str                         # e.g. "missing", "int_parsing", "invalid_workload"
+    loc: list[str | int]              # where: ["body", "tuning", "seed"], ["query", "offset"], ...
+    msg: str
+    ctx: dict[str, str] | None = None  # the constraint, e.g. {"ge": "0"}
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response except 422 (401, 404, 409, 413, 503, ...)."""
+
+    error: str = Field(description="kind of error: the exception class (NotFoundError, ConflictError, "
+                                   "ServiceUnavailable, Unauthorized, ContentTooLarge, ...)")
+    detail: str = Field(description="one-line message naming what is wrong")
+
+
+class ValidationErrorBody(BaseModel):
+    """The body of every 422, whether the request schema or the library's DAG/target check rejected it.
+
+    ``detail`` is the list of problems (FastAPI's shape) when the request schema rejected the
+    request (``error``: RequestValidationError, or the library error a schema validator raised,
+    e.g. InvalidTargetError for ``target``), else the one-line message of the library error
+    (InvalidWorkloadError, a limit of api.limits, ...); ``path`` is the DAG path of an
+    InvalidWorkloadError (e.g. ``ops[4].body.b.tensor``; ``""`` for the DAG itself), else null.
+    """
+
+    error: str = Field(description="RequestValidationError (schema), InvalidWorkloadError (DAG), "
+                                   "InvalidTargetError (target) or another library / limit error class")
+    detail: list[ValidationIssue] | str = Field(description="the schema problems, or the library error's message")
+    path: str | None = Field(None, description="DAG path of an InvalidWorkloadError, else null")

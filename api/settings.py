@@ -3,14 +3,48 @@
 Every field can be set as ``AUTOSCHED_<FIELD>`` (e.g. ``AUTOSCHED_API_TOKEN``);
 the Redis URL is also read from plain ``REDIS_URL``; ``AUTOSCHED_DATA_DIR`` is the
 embedded Redis's data directory when no URL is set.
+
+Work is bounded (checked by :mod:`api.limits` at ``POST /tasks`` and ``POST /tasks/{id}/resume``;
+each refusal is a one-line message naming the limit and its value):
+
+    max_job_trials (10000)            trials of one job -> 422
+    max_task_trials (100000)          trials of one task over all its jobs, resumes included
+                                      (the task hash's ``trials_total``) -> 409
+    max_active_jobs_per_token (4)     queued + running jobs of one bearer token ("anonymous"
+                                      when auth is off) -> 429
+    max_queued_jobs (100)             jobs waiting on the RQ ``tune`` queue, all tokens -> 503
+    max_dag_ops (256)                 ops of one DAG, placeholders included -> 422
+    max_dag_tensor_bytes              bytes of all constant-shape tensors of one DAG (elements x
+                                      dtype bytes); default min(4 GiB, half the RAM) -> 422; a DAG
+                                      over the runner's address-space limit (LocalRunner's default:
+                                      half the RAM) is a 422 too
+    rate_limit_per_s (10), rate_limit_burst (20)
+                                      POSTs per second per token (token bucket in Redis) -> 429
+                                      with ``Retry-After``; rate_limit_per_s = 0 turns it off
+    "measure": "queue" with no worker listening on the device's queue -> 503 naming the queue
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def half_ram_bytes() -> int:
+    """Half the machine's physical memory (``os.sysconf``); 8 GiB where it cannot be read."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+    return total // 2 if total > 0 else 8 << 30
+
+
+def default_max_dag_tensor_bytes() -> int:
+    """min(4 GiB, half the machine's RAM): the default of ``Settings.max_dag_tensor_bytes``."""
+    return min(4 << 30, half_ram_bytes())
 
 
 class Settings(BaseSettings):
@@ -33,6 +67,15 @@ class Settings(BaseSettings):
     max_dag_nodes: int = 100_000           # expression nodes, vars, ops and attr values in all
     max_body_bytes: int = 8 * 2**20        # largest accepted request body, in bytes
     records_page_max: int = 1000           # most records in one page of GET /tasks/{id}/records
+    # Bounds on work (api.limits; see the module docstring for the status of each).
+    max_dag_ops: int = Field(256, ge=1)                      # ops of one DAG, placeholders included
+    max_dag_tensor_bytes: int = Field(default_factory=default_max_dag_tensor_bytes, ge=1)
+    max_job_trials: int = Field(10_000, ge=1)                # trials of one job
+    max_task_trials: int = Field(100_000, ge=1)              # trials of one task, resumes included
+    max_active_jobs_per_token: int = Field(4, ge=1)          # queued + running jobs of one token
+    max_queued_jobs: int = Field(100, ge=1)                  # jobs waiting on the tune queue
+    rate_limit_per_s: float = Field(10.0, ge=0)              # POSTs per second per token; 0: no limit
+    rate_limit_burst: int = Field(20, ge=1)                  # POSTs one token may send at once
 
     def dag_limits(self) -> dict:
         """The keyword limits to pass to ``ComputeDAG.from_json``."""

@@ -19,7 +19,14 @@ key                                         type        holds
 ``artifact(task_id, fmt)``                  string      bytes of the compiled best program
 ``model(workload_key, target)``             string      bytes of a cost-model snapshot
 ``task_for_workload(workload_key, target)`` string      the task_id of this workload+target
+``token_jobs(token_id)``                    set         job ids created by one API token (a
+                                                        digest of the bearer token, never the
+                                                        token itself); ended ones are pruned
+``rate(token_id)``                          hash        token bucket of one API token: tokens, ts
 ==========================================  ==========  =====================================
+
+The task hash also holds ``trials_total``: the sum of its jobs' ``trials_total`` (HINCRBY in the
+transaction that creates each job).
 """
 
 from __future__ import annotations
@@ -71,3 +78,11 @@ def model(workload_key: str, target: str) -> str:
 
 def task_for_workload(workload_key: str, target: str) -> str:
     return _workload_target_key("task_for_workload", workload_key, target)
+
+
+def token_jobs(token_id: str) -> str:
+    return f"{PREFIX}token_jobs:{token_id}"
+
+
+def rate(token_id: str) -> str:
+    return f"{PREFIX}rate:{token_id}"

@@ -232,6 +232,8 @@ class RedisStore:
                         p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
                         fields["latest_job_id"] = job_id
                     p.hset(keys.task(task_id), mapping=fields)
+                    if job_id is not None:
+                        p.hincrby(keys.task(task_id), "trials_total", int(trials))
                     p.execute()
                     return task_id, wk, job_id
                 except redis.WatchError:
@@ -283,10 +285,42 @@ class RedisStore:
                     p.multi()
                     p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
                     p.hset(keys.task(task_id), "latest_job_id", job_id)
+                    p.hincrby(keys.task(task_id), "trials_total", int(trials))
                     p.execute()
                     return job_id
                 except redis.WatchError:
                     continue
+
+    def task_trials(self, task_id: str) -> int:
+        """Trials asked of the task over all its jobs (the sum of their ``trials_total``).
+
+        A task stored before this counter existed counts its latest job's ``trials_total``.
+        """
+        total = self.conn.hget(keys.task(task_id), "trials_total")
+        if total is not None:
+            return int(total)
+        latest = self.conn.hget(keys.task(task_id), "latest_job_id")
+        job = self.conn.hget(keys.job(_s(latest)), "trials_total") if latest else None
+        return int(job or 0)
+
+    def add_token_job(self, token_id: str, job_id: str) -> None:
+        """Count ``job_id`` against the API token ``token_id`` (a digest, see keys.token_jobs)."""
+        self.conn.sadd(keys.token_jobs(token_id), job_id)
+
+    def count_active_token_jobs(self, token_id: str) -> int:
+        """How many jobs of the token ``token_id`` are queued or running; forgets the ended ones."""
+        ids = [_s(j) for j in self.conn.smembers(keys.token_jobs(token_id))]
+        if not ids:
+            return 0
+        with self.conn.pipeline(transaction=False) as p:
+            for j in ids:
+                p.hget(keys.job(j), "state")
+            states = p.execute()
+        active = {s.value for s in ACTIVE_STATES}
+        ended = [j for j, st in zip(ids, states) if st is None or _s(st) not in active]
+        if ended:
+            self.conn.srem(keys.token_jobs(token_id), *ended)
+        return len(ids) - len(ended)
 
     def get_job(self, job_id: str) -> dict | None:
         """The job hash with numbers and ``errors`` decoded (None for absent values); None if unknown."""

@@ -6,12 +6,13 @@ from fastapi import APIRouter
 from redis.exceptions import RedisError
 
 from ..deps import ConnDep
+from ..errors import error_responses
 from ..schemas import Health
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health)
+@router.get("/healthz", response_model=Health, responses=error_responses(503))
 def healthz(conn: ConnDep) -> Health:
     try:
         ok = bool(conn.ping())

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from workers.job_state import ACTIVE_STATES
 
 from ..deps import StoreDep
-from ..errors import ConflictError, NotFoundError
+from ..errors import ConflictError, NotFoundError, error_responses
 from ..schemas import JobPublic
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -20,13 +20,13 @@ def _load(store, job_id: str) -> JobPublic:
     return JobPublic.model_validate(job)
 
 
-@router.get("/{job_id}", response_model=JobPublic)
+@router.get("/{job_id}", response_model=JobPublic, responses=error_responses(404, 422, 503))
 def read_job(job_id: str, store: StoreDep) -> JobPublic:
     """State, trials done/total, best latency and GFLOP/s so far, error counts, timestamps."""
     return _load(store, job_id)
 
 
-@router.delete("/{job_id}", response_model=JobPublic)
+@router.delete("/{job_id}", response_model=JobPublic, responses=error_responses(404, 409, 422, 503))
 def cancel_job(job_id: str, store: StoreDep) -> JobPublic:
     """Cancel a job: a queued one at once, a running one after its current batch (409 once ended)."""
     job = _load(store, job_id)

@@ -7,6 +7,11 @@
 
 Only the request whose transaction created the job enqueues it, so concurrent POSTs of one
 workload start one search.
+
+Both POSTs are bounded first (api.limits, limits in Settings): the token's request rate (429 +
+Retry-After), trials per job (422), the DAG's ops and tensor bytes (422), a worker on the
+measurement queue for "measure": "queue" (503 naming the queue), the task's trials over all
+its jobs (409), the token's queued + running jobs (429) and the tune queue's length (503).
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ from workers.store import ActiveJobError
 
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, NotFoundError
+from ..limits import (
+    RateLimitedToken,
+    check_capacity,
+    check_dag_size,
+    check_job_trials,
+    check_measure_listener,
+    check_task_trials,
+)
 from ..schemas import (
     BestPublic,
     RecordsPage,
@@ -55,15 +68,22 @@ def _enqueue(store, conn, task_id: str, job_id: str, trials: int) -> None:
 
 
 @router.post("", status_code=201, response_model=TaskCreated)
-def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: ConnDep) -> TaskCreated:
+def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: ConnDep,
+                token: RateLimitedToken) -> TaskCreated:
     """Validate the DAG, create (or reuse) the task of its workload and target, start a search."""
-    dag = ComputeDAG.from_json(body.dag, **settings.dag_limits())
     trials = body.tuning.num_measure_trials
+    check_job_trials(settings, trials)
+    dag = ComputeDAG.from_json(body.dag, require_concrete_shapes=True, **settings.dag_limits())
+    check_dag_size(settings, dag)
+    check_measure_listener(conn, body.tuning.measure, body.target)
+    check_task_trials(settings, store, store.task_for_workload(dag.workload_key, body.target), trials)
+    check_capacity(settings, store, conn, token)
     try:
         task_id, workload_key, job_id = store.create_task_with_job(dag, body.target, body.tuning.model_dump(),
                                                                    trials)
     except ActiveJobError as err:
         raise _conflict(err) from None
+    store.add_token_job(token, job_id)
     _enqueue(store, conn, task_id, job_id, trials)
     return TaskCreated(task_id=task_id, job_id=job_id, workload_key=workload_key)
 
@@ -74,12 +94,18 @@ def read_task(task: TaskDep) -> TaskPublic:
 
 
 @router.post("/{task_id}/resume", status_code=201, response_model=TaskCreated)
-def resume_task(body: TaskResume, task: TaskDep, store: StoreDep, conn: ConnDep) -> TaskCreated:
+def resume_task(body: TaskResume, token: RateLimitedToken, task: TaskDep, store: StoreDep, conn: ConnDep,
+                settings: SettingsDep) -> TaskCreated:
     """A new job that continues from the task's records (nothing measured is measured again)."""
+    check_job_trials(settings, body.num_measure_trials)
+    check_measure_listener(conn, task["tuning"].get("measure", "local"), task["target"])
+    check_task_trials(settings, store, task["task_id"], body.num_measure_trials)
+    check_capacity(settings, store, conn, token)
     try:
         job_id = store.create_job(task["task_id"], body.num_measure_trials)
     except ActiveJobError as err:
         raise _conflict(err) from None
+    store.add_token_job(token, job_id)
     _enqueue(store, conn, task["task_id"], job_id, body.num_measure_trials)
     return TaskCreated(task_id=task["task_id"], job_id=job_id, workload_key=task["workload_key"])
 

@@ -26,6 +26,10 @@ computes that read its state, directly or through other such computes; lowering 
 time step of them per iteration of the scan's time loop) are checked with their first axis
 ranging over the scan's time range instead of ``0 .. extent-1``.
 
+Division by zero.  An index holding an integer ``div``/``floordiv``/``floormod`` whose divisor
+is always 0 over the domain (a constant 0, or e.g. a reduce variable whose range is {0}) is
+rejected, whatever the tensor's shape.
+
 Not proved (skipped, never rejected):
   * symbolic shapes: an access whose index range or tensor dimension is not a constant
     (a ``Var`` in a shape; manual schedules allow them) is not checked;
@@ -48,6 +52,7 @@ from typing import Any
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.ir.bound import Interval, interval, linear_form
 from scheduler_core.ir.expr import (
+    BinaryOp,
     CmpOp,
     Expr,
     IntImm,
@@ -61,7 +66,7 @@ from scheduler_core.ir.expr import (
     expr_str,
     is_int,
 )
-from scheduler_core.ir.expr_functor import children, depth
+from scheduler_core.ir.expr_functor import children, depth, walk
 from scheduler_core.ir.simplify import const_value, simplify
 
 from .tensor import ComputeOp, ScanOp
@@ -211,9 +216,30 @@ def _empty(iv: Interval) -> bool:
     return ext is not None and ext <= 0
 
 
+def _zero_divisor(idx: Expr, env: dict) -> BinaryOp | None:
+    """The first integer ``div``/``floordiv``/``floormod`` of ``idx`` whose divisor is always 0
+    where the variables range over ``env``; None when there is none (or it is not provable)."""
+    for n in walk(idx):
+        if not (isinstance(n, BinaryOp) and n.op in ("div", "floordiv", "floormod") and is_int(n.dtype)):
+            continue
+        if const_value(n.b) == 0:
+            return n
+        if depth(n.b) > MAX_INDEX_DEPTH:
+            continue
+        b = _bounds(interval(n.b, env))
+        if b == (0, 0):
+            return n
+    return None
+
+
 def _check_load(op: ComputeOp, load: TensorLoad, ctx: _Ctx, path: str) -> None:
     t = load.tensor
     for d, (idx, dim_e) in enumerate(zip(load.indices, t.shape)):
+        zero = _zero_divisor(idx, ctx.env)
+        if zero is not None:
+            raise InvalidWorkloadError(
+                f"op {op.name} reads {expr_str(load)}: index {d} divides by zero "
+                f"({expr_str(zero)}: the divisor {expr_str(zero.b)} is always 0)", path)
         dim = _const(dim_e)
         if dim is None or depth(idx) > MAX_INDEX_DEPTH:
             continue

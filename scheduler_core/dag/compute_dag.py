@@ -131,11 +131,13 @@ class ComputeDAG:
         return canonical_dumps(dag_to_json(self))
 
     @classmethod
-    def from_json(cls, s, **limits) -> ComputeDAG:
+    def from_json(cls, s, *, require_concrete_shapes: bool = False, **limits) -> ComputeDAG:
         """Rebuild a DAG from :meth:`to_json` text (or its dict); ``limits`` are the
         keyword limits of :func:`scheduler_core.dag.dag_json.tensors_from_json`.
+        ``require_concrete_shapes``: reject variables in shapes and extents (a DAG to
+        tune; manual schedules may keep them symbolic).
         Raises InvalidWorkloadError with a ``path`` on any malformed payload."""
-        return cls(tensors_from_json(s, **limits))
+        return cls(tensors_from_json(s, require_concrete_shapes=require_concrete_shapes, **limits))
 
     @cached_property
     def workload_key(self) -> str:

@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.ir.bound import Interval
 from scheduler_core.ir.expr import Expr, IntImm, IterVar, Var, is_int
 from scheduler_core.ir.expr_functor import free_vars
 from scheduler_core.ir.simplify import const_value
@@ -66,7 +67,7 @@ def dag_to_json(dag: Any) -> dict:
 
 def tensors_from_json(obj: dict | str | bytes, *, max_elements: int = 2**31,
                       max_total_elements: int = 2**33, max_depth: int = 256,
-                      max_nodes: int = 100_000) -> list:
+                      max_nodes: int = 100_000, require_concrete_shapes: bool = False) -> list:
     """Validate ``obj`` (a payload dict or its JSON text); the ComputeDAG's argument tensors.
 
     ``ComputeDAG.from_json`` wraps them into the DAG.
@@ -75,6 +76,13 @@ def tensors_from_json(obj: dict | str | bytes, *, max_elements: int = 2**31,
     max_total_elements: most elements over all tensors with constant shapes.
     max_depth: deepest expression nesting (a leaf has depth 1).
     max_nodes: most expression nodes, variables, ops and attr values in all.
+    require_concrete_shapes: reject any variable in a shape, an axis extent or a scan's
+    range (tuning needs concrete shapes; manual schedules and the default allow them).
+
+    Every extent (a shape dimension, a reduce axis's or a scan's extent) must be positive
+    when it is a constant; in index context (tensor-read indices, shapes, extents) a
+    ``div``/``floordiv``/``floormod`` whose divisor is always 0 and a non-finite float
+    constant are rejected.
     Raises InvalidWorkloadError(message, path=...) with ``path`` naming the
     offending node, e.g. ``ops[3].body.b.indices[1]``, or ``ops[3]`` for an access
     that leaves its tensor (:mod:`.access_bounds`, e.g. ``A[i + 1000]`` of a
@@ -82,7 +90,8 @@ def tensors_from_json(obj: dict | str | bytes, *, max_elements: int = 2**31,
     """
     if isinstance(obj, (str, bytes, bytearray)):
         obj = _parse_text(obj)
-    return _Decoder(max_elements, max_total_elements, max_depth, max_nodes).dag(obj)
+    return _Decoder(max_elements, max_total_elements, max_depth, max_nodes,
+                    require_concrete_shapes).dag(obj)
 
 
 def _reject_constant(name: str):
@@ -189,8 +198,11 @@ def _plain_json(val: Any, where: str, depth: int = 0) -> Any:
 # ---------------------------------------------------------------------------
 
 class _Decoder(ExprDecoder):
-    def __init__(self, max_elements: int, max_total_elements: int, max_depth: int, max_nodes: int):
+    def __init__(self, max_elements: int, max_total_elements: int, max_depth: int, max_nodes: int,
+                 require_concrete_shapes: bool = False):
         self.max_elements, self.max_total = max_elements, max_total_elements
+        self.concrete = require_concrete_shapes
+        self.index_env: dict = {}  # Var -> Interval of the axes of the compute being decoded
         self.max_depth, self.max_nodes = max_depth, max_nodes
         self.nodes = 0
         self.total_elements = 0
@@ -257,6 +269,7 @@ class _Decoder(ExprDecoder):
         else:
             op, bound = self.scan(o, path, k, name)
         self.close_scope(bound)
+        self.index_env = {}
         for j in range(op.num_outputs):
             where = f"{path}.update[{j}]" if kind == "scan" else f"{path}.shape"
             self.check_elements(op.output_shape(j), where)
@@ -265,18 +278,28 @@ class _Decoder(ExprDecoder):
     def shape(self, o: dict, path: str, k: int) -> tuple:
         out = []
         for j, s in enumerate(self.array(o, "shape", path)):
-            out.append(self.extent(s, f"{path}.shape[{j}]", k))
+            out.append(self.extent(s, f"{path}.shape[{j}]", k, "a shape dimension"))
         return tuple(out)
 
-    def extent(self, obj: Any, path: str, k: int, what: str = "an extent") -> Expr:
+    def extent(self, obj: Any, path: str, k: int, what: str = "an extent", least: int | None = 1) -> Expr:
+        """A shape dimension or range expression (see :meth:`check_extent`)."""
         e = self.expr(obj, path, k, in_shape=True)
+        return self.check_extent(e, path, what, least)
+
+    def check_extent(self, e: Expr, path: str, what: str, least: int | None = 1) -> Expr:
+        """``e`` must be an integer; when constant, at least ``least`` (1 for extents, 0 for
+        a scan's start, None: any); symbolic only when concrete shapes are not required."""
         if not is_int(e.dtype):
             fail_at(f"{what} must be an integer expression, not {e.dtype}", path)
+        names = sorted({v.name for v in free_vars(e)})
+        if names and self.concrete:
+            fail_at(f"{what} is symbolic (uses {', '.join(names)}); tuning needs concrete shapes", path)
         value = const_value(e)
-        if value is None and not free_vars(e):
+        if value is None and not names:
             fail_at(f"{what} has no variables but does not evaluate (division by zero?)", path)
-        if value is not None and value < 0:
-            fail_at(f"{what} is negative ({value})", path)
+        if value is not None and least is not None and value < least:
+            fail_at(f"{what} is {'negative' if value < 0 else 'zero'} ({value}); it must be at least {least}",
+                    path)
         return e
 
     def check_elements(self, shape: tuple, path: str) -> None:
@@ -309,6 +332,7 @@ class _Decoder(ExprDecoder):
         axis = tuple(IterVar(self.bind(bound, vid, f"{path}.axis[{j}]"), IntImm(0, "int32"), ext, "spatial")
                      for j, (vid, ext) in enumerate(zip(ids, shape)))
         self.bound = bound
+        self.index_env = {iv.var: Interval(iv.dom_min, iv.dom_extent) for iv in axis}
         body = self.expr(o["body"], f"{path}.body", k, allow_reduce=True)
         attrs = self.attrs(o, path, k)
         return ComputeOp(name, axis, body, attrs, self.typed(o, "tag", path, str)), bound
@@ -346,8 +370,8 @@ class _Decoder(ExprDecoder):
 
     def scan(self, o: dict, path: str, k: int, name: str) -> tuple:
         ax = self.fields(o["scan_axis"], f"{path}.scan_axis", ("var", "min", "extent"), "a scan axis")
-        lo = self.extent(ax["min"], f"{path}.scan_axis.min", k)
-        extent = self.extent(ax["extent"], f"{path}.scan_axis.extent", k)
+        lo = self.extent(ax["min"], f"{path}.scan_axis.min", k, "a scan's start", least=0)
+        extent = self.extent(ax["extent"], f"{path}.scan_axis.extent", k, "a scan's extent")
         bound: dict = {}
         axis = IterVar(self.bind(bound, ax["var"], f"{path}.scan_axis.var"), lo, extent, "scan")
         groups = {f: tuple(self.tensor_ref(r, f"{path}.{f}[{j}]", k)

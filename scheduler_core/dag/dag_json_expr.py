@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.ir.bound import interval
 from scheduler_core.ir.expr import (
     BINARY_OPS,
     CMP_OPS,
@@ -37,17 +38,20 @@ from scheduler_core.ir.expr import (
     TensorLoad,
     Var,
     dtype_bits,
+    expr_str,
     is_float,
     is_int,
 )
-from scheduler_core.ir.expr_functor import children
-from scheduler_core.ir.simplify import const_value
+from scheduler_core.ir.expr_functor import children, depth
+from scheduler_core.ir.simplify import const_value, simplify
 
 from .tensor import Tensor
 
 INT_OR_BOOL = tuple(d for d in DTYPES if not is_float(d))
 FLOATS = tuple(d for d in DTYPES if is_float(d))
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_DIVISIONS = ("div", "floordiv", "floormod")
+MAX_DIVISOR_DEPTH = 200  # deeper divisors get only the constant check (bound.py recurses)
 _EXPR_FIELDS = {
     "int": ("value", "dtype"), "float": ("value", "dtype"), "var": ("id",),
     "binary": ("op", "a", "b", "dtype"), "cmp": ("op", "a", "b"), "logical": ("op", "a", "b"),
@@ -155,10 +159,16 @@ def _int_range(dtype: str) -> tuple[int, int]:
 
 class ExprDecoder:
     """JSON -> expression, validating; the subclass sets the counters and scope
-    (``nodes``, ``max_nodes``, ``max_depth``, ``refs``, ``bound``) and provides
-    ``var_ref``, ``tensor_ref`` and ``bind``."""
+    (``nodes``, ``max_nodes``, ``max_depth``, ``refs``, ``bound``, ``index_env``) and
+    provides ``var_ref``, ``tensor_ref`` and ``bind``.
+
+    Index context: the indices of tensor reads and every shape or extent expression
+    (``in_shape``).  There an integer division or modulo whose divisor is always 0 (a
+    constant 0, or an expression whose interval over ``index_env`` is just {0}) and a
+    non-finite float constant are rejected."""
 
     nodes: int
+    index_env: dict  # Var -> Interval: the ranges of the axes of the op being decoded
     max_nodes: int
     max_depth: int
     refs: list
@@ -166,6 +176,8 @@ class ExprDecoder:
     var_ref: Callable[[Any, str], Var]  # (vars index, path) -> Var
     tensor_ref: Callable[[Any, str, int], Tensor]  # ([op, value_index], path, before) -> Tensor
     bind: Callable[[dict, Any, str], Var]  # (scope, vars index, path) -> the bound axis Var
+    # (expr, path, what, least) -> expr: integer, concrete if required, constant >= least
+    check_extent: Callable[[Expr, str, str, int | None], Expr]
 
     # -- generic checks ----------------------------------------------------
     def count(self, path: str) -> None:
@@ -208,14 +220,14 @@ class ExprDecoder:
         """Decode one expression with an explicit stack; ``allow_reduce`` allows a
         Reduce at the root only; ``in_shape`` forbids tensor reads."""
         vals: list = []
-        stack: list = [(False, obj, path, 1, in_shape)]
+        stack: list = [(False, obj, path, 1, in_shape, in_shape)]
         while stack:
-            built, o, p, d, no_load = stack.pop()
+            built, o, p, d, no_load, in_index = stack.pop()
             if built:
                 kind, n = d
                 got = vals[len(vals) - n:]
                 del vals[len(vals) - n:]
-                vals.append(self.build(kind, o, p, got, k, no_load))
+                vals.append(self.build(kind, o, p, got, k, no_load, in_index))
                 continue
             self.count(p)
             if d > self.max_depth:
@@ -232,8 +244,9 @@ class ExprDecoder:
             if kind == "load" and no_load:
                 fail_at("tensor reads are not allowed in shapes or extents", p)
             kids = self.expr_children(kind, o, p)
-            stack.append((True, o, p, (kind, len(kids)), no_load))
-            stack.extend((False, c, cp, d + 1, no_load or nl) for c, cp, nl in reversed(kids))
+            stack.append((True, o, p, (kind, len(kids)), no_load, in_index))
+            kid_index = in_index or kind == "load"
+            stack.extend((False, c, cp, d + 1, no_load or nl, kid_index or nl) for c, cp, nl in reversed(kids))
         return vals[0]
 
     def expr_kind(self, o: Any, path: str) -> str:
@@ -277,11 +290,16 @@ class ExprDecoder:
             fail_at(f"{value} is out of range for {dtype}", path)
         return IntImm(value, dtype)
 
-    def build(self, kind: str, o: dict, p: str, kids: list, k: int, no_load: bool) -> Expr:
+    def build(self, kind: str, o: dict, p: str, kids: list, k: int, no_load: bool,
+              in_index: bool = False) -> Expr:
         if kind == "int":
             return self.int_const(o["value"], self.dtype(o, p, INT_OR_BOOL), f"{p}.value")
         if kind == "float":
-            return FloatImm(self.float_value(o["value"], f"{p}.value"), self.dtype(o, p, FLOATS))
+            value = self.float_value(o["value"], f"{p}.value")
+            if in_index and not math.isfinite(value):
+                fail_at(f"a non-finite float ({o['value']}) does not evaluate to an integer: it cannot "
+                        "appear in an index, shape or extent expression", f"{p}.value")
+            return FloatImm(value, self.dtype(o, p, FLOATS))
         if kind == "var":
             v = self.var_ref(o["id"], f"{p}.id")
             self.refs.append((o["id"], p, no_load))
@@ -297,6 +315,8 @@ class ExprDecoder:
                 fail_at(f"operands have dtypes {a.dtype} and {b.dtype}", p)
             if kind == "cmp":
                 return CmpOp(o["op"], a, b)
+            if in_index and o["op"] in _DIVISIONS and is_int(b.dtype):
+                self.check_divisor(o["op"], b, f"{p}.b")
             return BinaryOp(o["op"], a, b, self.same_dtype(o, p, a.dtype))
         if kind == "not":
             return Not(kids[0])
@@ -315,6 +335,19 @@ class ExprDecoder:
         if kind == "load":
             return self.load(o, p, kids, k)
         return self.reduce(o, p, kids)
+
+    def check_divisor(self, op: str, b: Expr, path: str) -> None:
+        """Reject ``op`` (a division or modulo in an index context) by a divisor that is always 0."""
+        zero = const_value(b) == 0
+        if not zero and depth(b) <= MAX_DIVISOR_DEPTH:
+            try:
+                iv = interval(b, getattr(self, "index_env", {}))
+            except (ArithmeticError, RecursionError):
+                iv = None
+            zero = iv is not None and iv.const_extent == 1 and const_value(simplify(iv.lo)) == 0
+        if zero:
+            fail_at(f"{op} by zero in an index, shape or extent expression: the divisor "
+                    f"{expr_str(b)} is always 0", path)
 
     def float_value(self, value: Any, path: str) -> float:
         if isinstance(value, str) and value in _NON_FINITE:
@@ -348,12 +381,8 @@ class ExprDecoder:
         for j, ax in enumerate(o["axis"]):
             ap = f"{p}.axis[{j}]"
             lo, ext = kids[n_src + 2 * j], kids[n_src + 2 * j + 1]
-            for e, f in ((lo, "min"), (ext, "extent")):
-                if not is_int(e.dtype):
-                    fail_at(f"must be an integer expression, not {e.dtype}", f"{ap}.{f}")
-            value = const_value(ext)
-            if value is not None and value < 0:
-                fail_at(f"reduce extent is negative ({value})", f"{ap}.extent")
+            self.check_extent(lo, f"{ap}.min", "a reduce axis's start", None)
+            self.check_extent(ext, f"{ap}.extent", "a reduce axis's extent", 1)
             axes.append(IterVar(self.bind(self.bound, ax["var"], f"{ap}.var"), lo, ext, "reduce"))
         if not axes:
             fail_at("a reduction needs at least one axis", f"{p}.axis")

@@ -1,0 +1,210 @@
+"""Bounds on the work one request may start: the checks of POST /tasks and POST /tasks/{id}/resume.
+
+    rate_limited_token (dependency)  token bucket per API token in Redis   -> 429 + Retry-After
+    check_job_trials                 trials of one job <= max_job_trials   -> 422
+    check_dag_size                   ops <= max_dag_ops; constant-shape tensor bytes <= max_dag_tensor_bytes
+                                     and <= the runner's memory limit      -> 422
+    check_measure_listener           "measure": "queue" needs a worker on measure:<kind>:<cpu> -> 503
+    check_task_trials                the task's trials over all its jobs + this job <= max_task_trials -> 409
+    check_capacity                   queued + running jobs of the token < max_active_jobs_per_token -> 429;
+                                     jobs waiting on the tune queue < max_queued_jobs -> 503
+
+The limits and their defaults live in :class:`api.settings.Settings`.  Every refusal is an
+``HTTPException`` subclass whose ``detail`` is one line naming the limit and its value, with
+``Retry-After`` where waiting helps; ``api.errors`` answers it with the ErrorBody (the 422s: the
+ValidationErrorBody) named by the class, so it needs no mapping of its own.
+
+The token of a request is its bearer token (already checked by ``deps.require_token``) or
+``"anonymous"`` when the service has no ``api_token``; Redis keys hold a digest of it, never
+the token itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from redis import Redis
+
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.ir.expr import dtype_bits
+from scheduler_core.ir.simplify import const_value
+from scheduler_core.measure.local_runner import default_mem_limit_bytes
+from workers import keys
+from workers.queues import listening_workers, measure_queue_name, tune_queue
+from workers.store import RedisStore
+
+from .deps import ConnDep, SettingsDep
+from .settings import Settings
+
+ANONYMOUS = "anonymous"
+BUSY_RETRY_AFTER_S = 30  # Retry-After of a refusal that waits on other jobs (token's jobs, full queue, no worker)
+
+
+class LimitExceeded(HTTPException):
+    """A request over one of the service's limits; ``detail`` names the limit and its value."""
+
+    status = 422
+
+    def __init__(self, detail: str, retry_after_s: float | None = None):
+        headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))} if retry_after_s is not None else None
+        super().__init__(self.status, detail, headers=headers)
+
+
+class TooManyTrials(LimitExceeded):
+    """A job asks more trials than ``max_job_trials`` (422)."""
+
+
+class DagTooLarge(LimitExceeded):
+    """A DAG over ``max_dag_ops``, ``max_dag_tensor_bytes`` or the runner's memory limit (422)."""
+
+
+class TaskTrialBudgetExceeded(LimitExceeded):
+    """The task's trials over all its jobs would pass ``max_task_trials`` (409)."""
+
+    status = 409
+
+
+class TooManyActiveJobs(LimitExceeded):
+    """The token already has ``max_active_jobs_per_token`` queued or running jobs (429)."""
+
+    status = 429
+
+
+class RateLimited(LimitExceeded):
+    """The token sent POSTs faster than ``rate_limit_per_s`` (burst ``rate_limit_burst``) (429)."""
+
+    status = 429
+
+
+class QueueFull(LimitExceeded):
+    """``max_queued_jobs`` jobs already wait on the tune queue (503)."""
+
+    status = 503
+
+
+class NoMeasurementWorker(LimitExceeded):
+    """``"measure": "queue"`` while no worker listens on the device's measurement queue (503)."""
+
+    status = 503
+
+
+def token_of(request: Request, settings: Settings) -> str:
+    """The request's API token: its bearer token, or ``"anonymous"`` when auth is off."""
+    if not settings.api_token:  # unset or "": auth off (as api.deps reads it)
+        return ANONYMOUS
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else ANONYMOUS
+
+
+def token_id(token: str) -> str:
+    """The name of a token inside Redis keys: ``anonymous`` or a digest of the token."""
+    return ANONYMOUS if token == ANONYMOUS else hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
+# KEYS[1] = bucket hash; ARGV = rate (tokens/s), burst, now (s).  Returns {allowed, wait_s}.
+_TAKE_TOKEN = """
+local rate, burst, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens, ts = tonumber(b[1]), tonumber(b[2])
+if (not tokens) or (not ts) then tokens, ts = burst, now end
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local allowed, wait = 0, (1 - tokens) / rate
+if tokens >= 1 then tokens, allowed, wait = tokens - 1, 1, 0 end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return {allowed, tostring(wait)}
+"""
+
+
+def take_token(conn: Redis, tid: str, rate_per_s: float, burst: int, now: float | None = None) -> float:
+    """Take one request from the token bucket of ``tid``; 0.0 when allowed, else seconds to wait."""
+    allowed, wait = conn.register_script(_TAKE_TOKEN)(
+        keys=[keys.rate(tid)], args=[repr(float(rate_per_s)), int(burst), repr(time.time() if now is None else now)])
+    return 0.0 if int(allowed) else float(wait)
+
+
+def rate_limited_token(request: Request, settings: SettingsDep, conn: ConnDep) -> str:
+    """Dependency of the POST routes: the request's token id, after its token bucket.
+
+    Raises RateLimited (429, ``Retry-After``) when the token sent more than ``rate_limit_burst``
+    POSTs at once or more than ``rate_limit_per_s`` per second over time.
+    """
+    tid = token_id(token_of(request, settings))
+    if settings.rate_limit_per_s > 0:
+        wait = take_token(conn, tid, settings.rate_limit_per_s, settings.rate_limit_burst)
+        if wait > 0:
+            raise RateLimited(f"rate limit: at most rate_limit_per_s={settings.rate_limit_per_s:g} POSTs per "
+                              f"second (rate_limit_burst={settings.rate_limit_burst}) per token; retry in "
+                              f"{wait:.2f} s", retry_after_s=wait)
+    return tid
+
+
+RateLimitedToken = Annotated[str, Depends(rate_limited_token)]
+
+
+def check_job_trials(settings: Settings, trials: int) -> None:
+    if trials > settings.max_job_trials:
+        raise TooManyTrials(f"num_measure_trials={trials} exceeds max_job_trials={settings.max_job_trials}")
+
+
+def dag_tensor_bytes(dag: ComputeDAG) -> int:
+    """Bytes of every tensor of ``dag`` with a constant shape (elements x dtype bytes);
+    tensors with symbolic shapes count 0 (they are bounded when bound)."""
+    total = 0
+    for op in dag.ops:
+        for i in range(op.num_outputs):
+            extents = [const_value(e) for e in op.output_shape(i)]
+            if all(isinstance(v, int) for v in extents):
+                total += math.prod(extents) * max(1, (dtype_bits(op.output_dtype(i)) + 7) // 8)
+    return total
+
+
+def check_dag_size(settings: Settings, dag: ComputeDAG, runner_mem_bytes: int | None = None) -> None:
+    """DagTooLarge (422) for a DAG over max_dag_ops, max_dag_tensor_bytes, or the runner's
+    memory limit (``runner_mem_bytes``; default LocalRunner's, half the RAM)."""
+    if len(dag.ops) > settings.max_dag_ops:
+        raise DagTooLarge(f"the DAG has {len(dag.ops)} ops, over max_dag_ops={settings.max_dag_ops}")
+    nbytes = dag_tensor_bytes(dag)
+    if nbytes > settings.max_dag_tensor_bytes:
+        raise DagTooLarge(f"the DAG's tensors hold {nbytes} bytes, over "
+                          f"max_dag_tensor_bytes={settings.max_dag_tensor_bytes}")
+    runner_mem = default_mem_limit_bytes() if runner_mem_bytes is None else runner_mem_bytes
+    if runner_mem and nbytes > runner_mem:
+        raise DagTooLarge(f"the DAG's tensors hold {nbytes} bytes, more than the runner's memory limit "
+                          f"mem_limit_bytes={runner_mem}")
+
+
+def check_measure_listener(conn: Redis, measure: str, target: str) -> None:
+    """NoMeasurementWorker (503) when ``measure`` is "queue" and nobody listens on the target's queue."""
+    if measure != "queue":
+        return
+    queue = measure_queue_name(target)
+    if listening_workers(conn, queue) == 0:
+        raise NoMeasurementWorker(f'"measure": "queue" but no worker listens on the measurement queue '
+                                  f"{queue!r}; start one or use \"measure\": \"local\"",
+                                  retry_after_s=BUSY_RETRY_AFTER_S)
+
+
+def check_task_trials(settings: Settings, store: RedisStore, task_id: str | None, trials: int) -> None:
+    """TaskTrialBudgetExceeded (409) when the task's trials so far plus ``trials`` pass max_task_trials."""
+    done = store.task_trials(task_id) if task_id else 0
+    if done + trials > settings.max_task_trials:
+        raise TaskTrialBudgetExceeded(f"task {task_id!r} would reach {done + trials} trials ({done} asked so far "
+                                      f"+ {trials}), over max_task_trials={settings.max_task_trials}")
+
+
+def check_capacity(settings: Settings, store: RedisStore, conn: Redis, tid: str) -> None:
+    """TooManyActiveJobs (429) at max_active_jobs_per_token; QueueFull (503) at max_queued_jobs."""
+    active = store.count_active_token_jobs(tid)
+    if active >= settings.max_active_jobs_per_token:
+        raise TooManyActiveJobs(f"this token has {active} queued or running jobs, the limit "
+                                f"max_active_jobs_per_token={settings.max_active_jobs_per_token}; wait for "
+                                f"one to end or cancel one", retry_after_s=BUSY_RETRY_AFTER_S)
+    queued = tune_queue(conn).count
+    if queued >= settings.max_queued_jobs:
+        raise QueueFull(f"{queued} jobs wait on the tune queue, the limit max_queued_jobs="
+                        f"{settings.max_queued_jobs}; retry later", retry_after_s=BUSY_RETRY_AFTER_S)
