@@ -20,13 +20,19 @@ from scheduler_core.schedule.schedule_printer import state_to_python
 from .store import RedisStore
 
 
-def best_program(store: RedisStore, workload_key: str, target: str) -> Program | None:
-    """The Program of the task's best record, or None while it has no successful measurement."""
+def _replayed_best(store: RedisStore, workload_key: str, target: str):
+    """``(cost_s, record line, replayed State)`` of the best record, or None without one."""
     best = store.best_record(workload_key, target)
     if best is None:
         return None
     inp, _ = decode_record(best[1], {workload_key: store.load_dag(workload_key)})
-    return program_from_state(inp.state, target)
+    return best[0], best[1], inp.state
+
+
+def best_program(store: RedisStore, workload_key: str, target: str) -> Program | None:
+    """The Program of the task's best record, or None while it has no successful measurement."""
+    found = _replayed_best(store, workload_key, target)
+    return None if found is None else program_from_state(found[2], target)
 
 
 def describe_best(store: RedisStore, task: dict) -> dict[str, Any] | None:
@@ -35,13 +41,10 @@ def describe_best(store: RedisStore, task: dict) -> dict[str, Any] | None:
     Keys: ``cost_s`` (seconds), ``gflops``, ``steps`` (the record's step list), ``script``
     (Python schedule code), ``lowered`` (the program in the artifact), ``record`` (decoded line).
     """
-    wk, target = task["workload_key"], task["target"]
-    best = store.best_record(wk, target)
-    if best is None:
+    found = _replayed_best(store, task["workload_key"], task["target"])
+    if found is None:
         return None
-    cost_s, line = best
-    dag = store.load_dag(wk)
-    inp, _ = decode_record(line, {wk: dag})
-    program = program_from_state(inp.state, target)
-    return {"cost_s": cost_s, "gflops": dag.flop_ct / cost_s / 1e9, "steps": list(parse_line(line).steps),
-            "script": state_to_python(inp.state), "lowered": program.lowered, "record": json.loads(line)}
+    cost_s, line, state = found
+    program = program_from_state(state, task["target"])
+    return {"cost_s": cost_s, "gflops": state.dag.flop_ct / cost_s / 1e9, "steps": list(parse_line(line).steps),
+            "script": state_to_python(state), "lowered": program.lowered, "record": json.loads(line)}

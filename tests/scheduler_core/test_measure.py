@@ -13,15 +13,12 @@ starting a worker is the expensive part.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
 import time
 
 import numpy as np
 import pytest
 
-import scheduler_core as sc
 from scheduler_core import te
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
@@ -32,6 +29,7 @@ from scheduler_core.measure.popen_pool import PopenPool
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.schedule_api import Schedule
 from scheduler_core.schedule.transform_step import SplitStep
+from tests.scheduler_core.c_programs import compile_matmul_stand_ins
 from tests.workloads import matmul, matmul_add
 
 N = 64
@@ -147,20 +145,7 @@ _BODIES = {
 @pytest.fixture(scope="module")
 def fault_libs(tmp_path_factory):
     """{kind: path of a .so exporting ``default_function`` for the N x N matmul}."""
-    dag = ComputeDAG(matmul(N, N, N))
-    meta = sc.build(State.from_dag(dag), list(dag.tensors), "llvm", name="default_function").signature.to_meta_json()
-    out = tmp_path_factory.mktemp("faults")
-    libs = {}
-    for kind, body in _BODIES.items():
-        src = out / f"{kind}.c"
-        src.write_text(
-            "#include <stdint.h>\n#include <stdlib.h>\n"
-            f"const char __autosched_meta_default_function[] = {json.dumps(meta)};\n"
-            f"int32_t default_function(float* A, float* B, float* matmul) {{ {body} }}\n")
-        lib = out / f"{kind}.so"
-        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
-        libs[kind] = str(lib)
-    return libs
+    return compile_matmul_stand_ins(ComputeDAG(matmul(N, N, N)), _BODIES, tmp_path_factory.mktemp("faults"))
 
 
 def test_crash_hang_and_wrong_answer_become_errors_and_the_batch_goes_on(builder, runner, fault_libs):

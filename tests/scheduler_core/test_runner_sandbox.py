@@ -8,19 +8,17 @@ with "returned N" in the message).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 
 import pytest
 
-import scheduler_core as sc
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
 from scheduler_core.measure.data import BuildResult, MeasureErrorNo, MeasureInput
 from scheduler_core.measure.local_runner import LocalRunner, arg_specs, cpu_limit_s, default_mem_limit_bytes
 from scheduler_core.measure.popen_pool import PopenPool, WorkerLimits, worker_environment
 from scheduler_core.schedule.loop_state import State
+from tests.scheduler_core.c_programs import compile_matmul_stand_ins
 from tests.workloads import matmul
 
 N = 16
@@ -57,19 +55,8 @@ def plain():
 def libs(tmp_path_factory, plain):
     """{kind: BuildResult of a .so exporting ``default_function`` for the N x N matmul}."""
     dag = plain.task.compute_dag
-    meta = sc.build(State.from_dag(dag), list(dag.tensors), "llvm", name="default_function").signature.to_meta_json()
-    out = tmp_path_factory.mktemp("sandbox")
-    results = {}
-    for kind, body in _BODIES.items():
-        src = out / f"{kind}.c"
-        src.write_text(
-            "#include <stdint.h>\n#include <stdlib.h>\n#include <sys/resource.h>\n"
-            f"const char __autosched_meta_default_function[] = {json.dumps(meta)};\n"
-            f"int32_t default_function(float* A, float* B, float* matmul) {{ {body} }}\n")
-        lib = out / f"{kind}.so"
-        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
-        results[kind] = BuildResult(str(lib), tuple(dag.tensors), 0, "", 0.0)
-    return results
+    paths = compile_matmul_stand_ins(dag, _BODIES, tmp_path_factory.mktemp("sandbox"))
+    return {kind: BuildResult(path, tuple(dag.tensors), 0, "", 0.0) for kind, path in paths.items()}
 
 
 @pytest.fixture(scope="module")
