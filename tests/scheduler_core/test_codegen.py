@@ -126,7 +126,8 @@ def _matmul(M, N, K, lanes=8, kind="serial"):
 def test_vector_reduction_matmul():
     M, N, K = 8, 32, 48
     cf = compile_primfunc(_matmul(M, N, K))
-    assert "<8 x float>" in cf.llvm_ir and "vfmadd" in cf.get_asm()
+    # vector multiply-add in the optimized IR (the instruction LLVM picks depends on the host ISA)
+    assert re.search(r"fmul contract <8 x float>", cf.llvm_ir) and re.search(r"fadd contract <8 x float>", cf.llvm_ir)
     a, b, c = RNG.random((M, K), np.float32), RNG.random((K, N), np.float32), np.zeros((M, N), np.float32)
     call(cf, a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4)
