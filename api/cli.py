@@ -31,7 +31,7 @@ from rq.serializers import JSONSerializer
 from scheduler_core.search.tuning_options import FIELDS_BY_NAME
 from workers.best import describe_best
 from workers.job_state import ENDED_STATES, JobState
-from workers.processes import WorkerSupervisor, recover_interrupted_jobs, start_worker_process, stop_worker_processes
+from workers.processes import WorkerSupervisor, recover_interrupted_jobs
 from workers.queues import TUNE_QUEUE, enqueue_tune, measure_queue_name
 from workers.redis_conn import (
     DATA_DIR_ENV,
@@ -116,19 +116,23 @@ def tune(workload: Path = typer.Argument(..., help="a ComputeDAG JSON file (see 
         typer.echo(f"task {err.task_id} already has an active job {err.job_id} ({err.state}); following it",
                    err=True)
         task_id, job_id = err.task_id, err.job_id
-    procs = [start_worker_process(conn)]
+    # Supervised as under serve: a worker that dies is restarted and the job it left goes back on
+    # the queue (it continues from its records); an embedded Redis this command started is too.
+    supervisors = [WorkerSupervisor(connection_url(conn), 1, supervise_redis=started_embedded())]
     if measure == "queue":
-        procs.append(start_worker_process(conn, (measure_queue_name(store.get_task(task_id)["target"]),),
-                                          burst=False))
+        supervisors.append(WorkerSupervisor(connection_url(conn), 1,
+                                            (measure_queue_name(store.get_task(task_id)["target"]),)))
     try:
+        for sup in supervisors:
+            sup.start()
         job = follow_job(store, job_id)
-        procs[0].wait(timeout=60)
         if job["state"] != JobState.finished:
             typer.echo(f"job {job_id} {job['state']}: {job.get('error', '')}", err=True)
             raise typer.Exit(1)
         _write_best(store, task_id, job, out)
     finally:
-        stop_worker_processes(procs)
+        for sup in supervisors:
+            sup.stop()
         stop_embedded()
 
 

@@ -5,8 +5,10 @@
     check_dag_size                   ops <= max_dag_ops; constant-shape tensor bytes <= max_dag_tensor_bytes
                                      and <= the runner's memory limit      -> 422
     check_measure_listener           "measure": "queue" needs a worker on measure:<kind>:<cpu> -> 503
-    check_task_trials                the task's trials over all its jobs + this job <= max_task_trials -> 409
-    check_capacity                   queued + running jobs of the token < max_active_jobs_per_token -> 429;
+    admission -> the store           checked and written in the transaction that creates the job
+                                     (workers.store.Admission), answered by ``refusal``:
+                                     the task's trials over all its jobs + this job <= max_task_trials -> 409;
+                                     queued + running jobs of the token < max_active_jobs_per_token -> 429;
                                      jobs waiting on the tune queue < max_queued_jobs -> 503
 
 The limits and their defaults live in :class:`api.settings.Settings`.  Every refusal is an
@@ -34,8 +36,8 @@ from scheduler_core.ir.expr import dtype_bits
 from scheduler_core.ir.simplify import const_value
 from scheduler_core.measure.local_runner import default_mem_limit_bytes
 from workers import keys
-from workers.queues import listening_workers, measure_queue_name, tune_queue
-from workers.store import RedisStore
+from workers.queues import listening_workers, measure_queue_name
+from workers.store import Admission, AdmissionError
 
 from .deps import ConnDep, SettingsDep
 from .settings import Settings
@@ -189,22 +191,22 @@ def check_measure_listener(conn: Redis, measure: str, target: str) -> None:
                                   retry_after_s=BUSY_RETRY_AFTER_S)
 
 
-def check_task_trials(settings: Settings, store: RedisStore, task_id: str | None, trials: int) -> None:
-    """TaskTrialBudgetExceeded (409) when the task's trials so far plus ``trials`` pass max_task_trials."""
-    done = store.task_trials(task_id) if task_id else 0
-    if done + trials > settings.max_task_trials:
-        raise TaskTrialBudgetExceeded(f"task {task_id!r} would reach {done + trials} trials ({done} asked so far "
-                                      f"+ {trials}), over max_task_trials={settings.max_task_trials}")
+def admission(settings: Settings, tid: str) -> Admission:
+    """The limits a new job of token ``tid`` must fit, checked by the store in the transaction
+    that creates the job (so concurrent requests cannot pass them together)."""
+    return Admission(token_id=tid, max_task_trials=settings.max_task_trials,
+                     max_active_jobs_per_token=settings.max_active_jobs_per_token,
+                     max_queued_jobs=settings.max_queued_jobs)
 
 
-def check_capacity(settings: Settings, store: RedisStore, conn: Redis, tid: str) -> None:
-    """TooManyActiveJobs (429) at max_active_jobs_per_token; QueueFull (503) at max_queued_jobs."""
-    active = store.count_active_token_jobs(tid)
-    if active >= settings.max_active_jobs_per_token:
-        raise TooManyActiveJobs(f"this token has {active} queued or running jobs, the limit "
-                                f"max_active_jobs_per_token={settings.max_active_jobs_per_token}; wait for "
-                                f"one to end or cancel one", retry_after_s=BUSY_RETRY_AFTER_S)
-    queued = tune_queue(conn).count
-    if queued >= settings.max_queued_jobs:
-        raise QueueFull(f"{queued} jobs wait on the tune queue, the limit max_queued_jobs="
-                        f"{settings.max_queued_jobs}; retry later", retry_after_s=BUSY_RETRY_AFTER_S)
+def refusal(err: AdmissionError, trials: int) -> LimitExceeded:
+    """The HTTP answer to a job the store refused: 409 (task trials), 429 (token's jobs), 503 (queue)."""
+    if err.limit == "max_task_trials":
+        return TaskTrialBudgetExceeded(f"task {err.task_id!r} would reach {err.current + trials} trials "
+                                       f"({err.current} asked so far + {trials}), over max_task_trials={err.value}")
+    if err.limit == "max_active_jobs_per_token":
+        return TooManyActiveJobs(f"this token has {err.current} queued or running jobs, the limit "
+                                 f"max_active_jobs_per_token={err.value}; wait for one to end or cancel one",
+                                 retry_after_s=BUSY_RETRY_AFTER_S)
+    return QueueFull(f"{err.current} jobs wait on the tune queue, the limit max_queued_jobs={err.value}; "
+                     f"retry later", retry_after_s=BUSY_RETRY_AFTER_S)

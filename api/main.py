@@ -38,10 +38,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_body_size=settings.max_body_bytes)
     app.add_middleware(TokenAuthMiddleware, open_paths=open_paths)
     protected = [Depends(require_token)]  # also puts the bearer scheme in the OpenAPI document
-    # api/routes/tasks.py declares only its success responses; its error statuses apply to all its
-    # routes (409/413/429 from the POSTs, 404 from the /{task_id} ones, 503 from api.limits and Redis).
-    app.include_router(tasks.router, dependencies=protected,
-                       responses=error_responses(401, 404, 409, 413, 422, 429, 503))
+    # 401 is every protected route's; each route declares its other statuses (api/routes/*.py).
+    app.include_router(tasks.router, dependencies=protected, responses=error_responses(401))
     app.include_router(jobs.router, dependencies=protected, responses=error_responses(401))
     app.include_router(health.router)
     return app

@@ -23,6 +23,8 @@ key                                         type        holds
                                                         digest of the bearer token, never the
                                                         token itself); ended ones are pruned
 ``rate(token_id)``                          hash        token bucket of one API token: tokens, ts
+``queued_jobs()``                           set         ids of jobs created queued; those no longer
+                                                        queued are pruned when the set is counted
 ==========================================  ==========  =====================================
 
 The task hash also holds ``trials_total``: the sum of its jobs' ``trials_total`` (HINCRBY in the
@@ -86,3 +88,7 @@ def token_jobs(token_id: str) -> str:
 
 def rate(token_id: str) -> str:
     return f"{PREFIX}rate:{token_id}"
+
+
+def queued_jobs() -> str:
+    return f"{PREFIX}queued_jobs"

@@ -95,6 +95,21 @@ def _descendants(pid: int) -> set[psutil.Process]:
         return set()
 
 
+def _kill_orphans(family: set[psutil.Process], timeout_s: float = 5.0) -> None:
+    """SIGKILL the processes of ``family`` still running (psutil checks each is the same process,
+    not a reused pid) and wait for them."""
+    alive = []
+    for proc in family:
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running():
+                proc.kill()
+                alive.append(proc)
+    if alive:
+        psutil.wait_procs(alive, timeout=timeout_s)
+        log.warning("killed %d orphaned process(es) of a dead worker: %s", len(alive),
+                    ", ".join(str(p.pid) for p in alive))
+
+
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
@@ -161,7 +176,10 @@ class WorkerSupervisor:
 
     A worker that exits is started again after a backoff (1, 2, 4 ... up to
     ``max_backoff_s`` seconds; reset once a worker ran ``stable_s`` seconds), after its
-    interrupted job is put back on the queue (:func:`recover_interrupted_jobs`).  With
+    interrupted job is put back on the queue (:func:`recover_interrupted_jobs`).  RQ runs each
+    job in a work-horse in its own session, which outlives a killed worker: the supervisor
+    remembers every worker's descendants (each ``poll_s``) and SIGKILLs those of a dead one
+    before its job is requeued, so the job never runs twice at once.  With
     ``supervise_redis``, the embedded Redis this process started is restarted when it
     stops answering (it reloads its AOF).  :meth:`stop` stops the thread, then the workers
     (:func:`stop_worker_processes`).
@@ -178,6 +196,7 @@ class WorkerSupervisor:
         self._started_at = [0.0] * count
         self._failures = [0] * count
         self._next_start = [0.0] * count
+        self._family: list[set[psutil.Process]] = [set() for _ in range(count)]
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -222,8 +241,14 @@ class WorkerSupervisor:
         due = []
         with self._lock:
             for i, p in enumerate(self.procs):
-                if p is None or p.poll() is None:
+                if p is None:
                     continue
+                if p.poll() is None:  # alive: remember its work-horse (RQ starts it in its own session)
+                    self._family[i] = _descendants(p.pid)
+                    continue
+                if self._family[i]:  # dead: its orphaned work-horse must not run the job beside the retry
+                    _kill_orphans(self._family[i])
+                    self._family[i] = set()
                 if self._next_start[i] == 0.0:  # just noticed: schedule the restart
                     if now - self._started_at[i] >= self.stable_s:
                         self._failures[i] = 0

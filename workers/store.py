@@ -4,6 +4,9 @@
                (queued), in one WATCH/MULTI/EXEC; ActiveJobError while the task has a queued or
                running job (nothing written).  The caller enqueues the job after it.
     resume --create_job--> job hash, the same way (at most one active job per task)
+    Admission: the limits on new jobs (trials per task, active jobs per token, queued jobs
+               overall) are read and written in that same transaction, so concurrent
+               requests cannot pass a limit together (AdmissionError, nothing written)
     tune_job --RedisRecordSink(policy, inputs, results)--> records whose state is new (Lua: SADD
                the state to record_states, RPUSH, lower the best), job progress (trials_done,
                best cost, error counts), in one MULTI/EXEC
@@ -22,6 +25,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -158,6 +162,96 @@ def _watch_active_job(pipe, task_id: str) -> tuple[str, str] | None:
     return latest, _s(state)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """Limits a new job must fit, checked inside the transaction that creates it.
+
+    Each limit is None for "no limit".  ``token_id``: the requester (a digest of its API
+    token, see ``keys.token_jobs``); the job is counted against it in the same transaction.
+    ``max_task_trials``: the task's ``trials_total`` over all its jobs plus the new job's
+    trials may not pass it.  ``max_active_jobs_per_token``: the token's queued + running jobs
+    must be below it.  ``max_queued_jobs``: jobs in state queued (service-wide) must be below it.
+    """
+
+    token_id: str | None = None
+    max_task_trials: int | None = None
+    max_active_jobs_per_token: int | None = None
+    max_queued_jobs: int | None = None
+
+
+class AdmissionError(Exception):
+    """A new job over one of its :class:`Admission` limits; nothing was written.
+
+    ``limit``: the Admission field (``"max_task_trials"``, ``"max_active_jobs_per_token"``,
+    ``"max_queued_jobs"``); ``value``: the limit; ``current``: what the store counted
+    (trials asked so far / active jobs of the token / queued jobs); ``task_id``: the task.
+    """
+
+    def __init__(self, limit: str, value: int, current: int, task_id: str | None):
+        super().__init__(f"{limit}={value} reached ({current} counted) for task {task_id!r}")
+        self.limit, self.value, self.current, self.task_id = limit, value, current, task_id
+
+
+def _states(pipe, job_ids: list[str]) -> list[str | None]:
+    """The ``state`` of each job hash (None for a missing one), read in immediate mode."""
+    return [None if (v := pipe.hget(keys.job(j), "state")) is None else _s(v) for j in job_ids]
+
+
+def _watch_admission(pipe, admission: Admission | None, task_id: str, task_exists: bool,
+                     trials: int) -> tuple[list[str], list[str]]:
+    """Check ``admission`` for a new job of ``trials`` on ``task_id``, WATCHing what it reads.
+
+    ``pipe`` is in immediate (WATCH) mode and already watches the task hash.  Returns the ids
+    to prune from the token's job set and from the queued set (ended / started jobs); the
+    caller removes them inside its MULTI (a write before EXEC would abort its own WATCH).
+    Raises AdmissionError.
+    """
+    if admission is None:
+        return [], []
+    a = admission
+    if a.max_task_trials is not None:
+        done = 0
+        if task_exists:
+            total = pipe.hget(keys.task(task_id), "trials_total")
+            if total is not None:
+                done = int(total)
+            else:  # a task stored before trials_total existed: its latest job's trials
+                latest = pipe.hget(keys.task(task_id), "latest_job_id")
+                if latest:
+                    pipe.watch(keys.job(_s(latest)))
+                    done = int(pipe.hget(keys.job(_s(latest)), "trials_total") or 0)
+        if done + trials > a.max_task_trials:
+            raise AdmissionError("max_task_trials", a.max_task_trials, done, task_id)
+    stale_token: list[str] = []
+    if a.token_id is not None:
+        pipe.watch(keys.token_jobs(a.token_id))
+        ids = sorted(_s(j) for j in pipe.smembers(keys.token_jobs(a.token_id)))
+        active_values = {st.value for st in ACTIVE_STATES}
+        stale_token = [j for j, st in zip(ids, _states(pipe, ids)) if st not in active_values]
+        active = len(ids) - len(stale_token)
+        if a.max_active_jobs_per_token is not None and active >= a.max_active_jobs_per_token:
+            raise AdmissionError("max_active_jobs_per_token", a.max_active_jobs_per_token, active, task_id)
+    pipe.watch(keys.queued_jobs())
+    ids = sorted(_s(j) for j in pipe.smembers(keys.queued_jobs()))
+    stale_queued = [j for j, st in zip(ids, _states(pipe, ids)) if st != JobState.queued.value]
+    queued = len(ids) - len(stale_queued)
+    if a.max_queued_jobs is not None and queued >= a.max_queued_jobs:
+        raise AdmissionError("max_queued_jobs", a.max_queued_jobs, queued, task_id)
+    return stale_token, stale_queued
+
+
+def _admit(pipe, admission: Admission | None, job_id: str, stale: tuple[list[str], list[str]]) -> None:
+    """Inside MULTI: count the new job against the token and the queued set, prune the stale ids."""
+    stale_token, stale_queued = stale
+    if admission is not None and admission.token_id is not None:
+        if stale_token:
+            pipe.srem(keys.token_jobs(admission.token_id), *stale_token)
+        pipe.sadd(keys.token_jobs(admission.token_id), job_id)
+    if stale_queued:
+        pipe.srem(keys.queued_jobs(), *stale_queued)
+    pipe.sadd(keys.queued_jobs(), job_id)
+
+
 class RedisStore:
     """All service state in one Redis (see :mod:`workers.keys` for the layout).
 
@@ -190,16 +284,21 @@ class RedisStore:
         return task_id, wk
 
     def create_task_with_job(self, dag_json: str | dict | ComputeDAG, target: str,
-                             tuning: TuningOptions | Mapping | None, trials: int) -> tuple[str, str, str]:
+                             tuning: TuningOptions | Mapping | None, trials: int,
+                             admission: Admission | None = None) -> tuple[str, str, str]:
         """:meth:`create_task` and :meth:`create_job` in one transaction; ``(task_id, workload_key, job_id)``.
 
         Raises ActiveJobError, writing nothing (the task keeps its tuning), when the task
         of this workload and target already has a queued or running job: of concurrent
-        calls for one workload, exactly one creates a job.  The caller enqueues it.
+        calls for one workload, exactly one creates a job.  Raises AdmissionError, writing
+        nothing, when the job would pass a limit of ``admission``.  The caller enqueues it.
         """
-        return self._create(dag_json, target, tuning, int(trials))
+        task_id, wk, job_id = self._create(dag_json, target, tuning, int(trials), admission)
+        assert job_id is not None
+        return task_id, wk, job_id
 
-    def _create(self, dag_json, target: str, tuning, trials: int | None) -> tuple[str, str, str | None]:
+    def _create(self, dag_json, target: str, tuning, trials: int | None,
+                admission: Admission | None = None) -> tuple[str, str, str | None]:
         """The task (and, with ``trials``, its new job) in one WATCH/MULTI/EXEC, retried on a race."""
         if not isinstance(tuning, TuningOptions):
             tuning = TuningOptions.from_json(dict(tuning or {}))
@@ -220,6 +319,11 @@ class RedisStore:
                         if active is not None:
                             raise ActiveJobError(task_id, *active)
                     complete = existing is not None and p.hexists(keys.task(task_id), "workload_key")
+                    stale: tuple[list[str], list[str]] = ([], [])
+                    if trials is not None:
+                        if existing is None:
+                            p.watch(keys.task(task_id))
+                        stale = _watch_admission(p, admission, task_id, complete, trials)
                     fields = {"tuning": tuning_text}
                     if not complete:
                         fields.update(task_id=task_id, workload_key=wk, target=target, created=repr(time.time()),
@@ -230,6 +334,7 @@ class RedisStore:
                         p.set(index, task_id)
                     if job_id is not None:
                         p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
+                        _admit(p, admission, job_id, stale)
                         fields["latest_job_id"] = job_id
                     p.hset(keys.task(task_id), mapping=fields)
                     if job_id is not None:
@@ -265,11 +370,12 @@ class RedisStore:
         return ComputeDAG.from_json(_s(text))
 
     # -- jobs ------------------------------------------------------------------
-    def create_job(self, task_id: str, trials: int) -> str:
+    def create_job(self, task_id: str, trials: int, admission: Admission | None = None) -> str:
         """A new job hash (state ``queued``) for ``trials`` measurements; the task's latest job.
 
         Atomic (WATCH/MULTI/EXEC): raises ActiveJobError, writing nothing, while the task's
-        latest job is queued or running, so of concurrent calls exactly one creates a job.
+        latest job is queued or running, so of concurrent calls exactly one creates a job;
+        AdmissionError, writing nothing, when the job would pass a limit of ``admission``.
         Raises KeyError for an unknown task.
         """
         job_id = uuid.uuid4().hex
@@ -282,8 +388,10 @@ class RedisStore:
                     active = _watch_active_job(p, task_id)
                     if active is not None:
                         raise ActiveJobError(task_id, *active)
+                    stale = _watch_admission(p, admission, task_id, True, trials)
                     p.multi()
                     p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
+                    _admit(p, admission, job_id, stale)
                     p.hset(keys.task(task_id), "latest_job_id", job_id)
                     p.hincrby(keys.task(task_id), "trials_total", int(trials))
                     p.execute()
@@ -303,24 +411,24 @@ class RedisStore:
         job = self.conn.hget(keys.job(_s(latest)), "trials_total") if latest else None
         return int(job or 0)
 
-    def add_token_job(self, token_id: str, job_id: str) -> None:
-        """Count ``job_id`` against the API token ``token_id`` (a digest, see keys.token_jobs)."""
-        self.conn.sadd(keys.token_jobs(token_id), job_id)
-
     def count_active_token_jobs(self, token_id: str) -> int:
-        """How many jobs of the token ``token_id`` are queued or running; forgets the ended ones."""
+        """How many jobs of the token ``token_id`` are queued or running (read only)."""
         ids = [_s(j) for j in self.conn.smembers(keys.token_jobs(token_id))]
-        if not ids:
-            return 0
         with self.conn.pipeline(transaction=False) as p:
             for j in ids:
                 p.hget(keys.job(j), "state")
-            states = p.execute()
-        active = {s.value for s in ACTIVE_STATES}
-        ended = [j for j, st in zip(ids, states) if st is None or _s(st) not in active]
-        if ended:
-            self.conn.srem(keys.token_jobs(token_id), *ended)
-        return len(ids) - len(ended)
+            states = p.execute() if ids else []
+        active = {st.value for st in ACTIVE_STATES}
+        return sum(1 for st in states if st is not None and _s(st) in active)
+
+    def count_queued_jobs(self) -> int:
+        """How many jobs created through this store are still in state ``queued`` (read only)."""
+        ids = [_s(j) for j in self.conn.smembers(keys.queued_jobs())]
+        with self.conn.pipeline(transaction=False) as p:
+            for j in ids:
+                p.hget(keys.job(j), "state")
+            states = p.execute() if ids else []
+        return sum(1 for st in states if st is not None and _s(st) == JobState.queued.value)
 
     def get_job(self, job_id: str) -> dict | None:
         """The job hash with numbers and ``errors`` decoded (None for absent values); None if unknown."""
@@ -346,7 +454,11 @@ class RedisStore:
             fields.update(started=repr(time.time()), ended="", error="")
         elif state in ENDED_STATES:
             fields.update(ended=repr(time.time()), error=error)
-        self.conn.hset(keys.job(job_id), mapping=fields)
+        with self.conn.pipeline(transaction=True) as p:
+            p.hset(keys.job(job_id), mapping=fields)
+            if state == JobState.queued:  # requeued (a worker died): it waits on the queue again
+                p.sadd(keys.queued_jobs(), job_id)
+            p.execute()
 
     def update_job(self, job_id: str, **fields: Any) -> None:
         """Overwrite job hash fields as they are (e.g. ``best_cost_s`` at the start of a job)."""

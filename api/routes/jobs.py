@@ -20,13 +20,14 @@ def _load(store, job_id: str) -> JobPublic:
     return JobPublic.model_validate(job)
 
 
-@router.get("/{job_id}", response_model=JobPublic, responses=error_responses(404, 422, 503))
+@router.get("/{job_id}", response_model=JobPublic, operation_id="read_job", responses=error_responses(404, 422, 503))
 def read_job(job_id: str, store: StoreDep) -> JobPublic:
     """State, trials done/total, best latency and GFLOP/s so far, error counts, timestamps."""
     return _load(store, job_id)
 
 
-@router.delete("/{job_id}", response_model=JobPublic, responses=error_responses(404, 409, 422, 503))
+@router.delete("/{job_id}", response_model=JobPublic, operation_id="cancel_job",
+                responses=error_responses(404, 409, 422, 503))
 def cancel_job(job_id: str, store: StoreDep) -> JobPublic:
     """Cancel a job: a queued one at once, a running one after its current batch (409 once ended)."""
     job = _load(store, job_id)

