@@ -105,13 +105,15 @@ def _row(fs: FeatureSet) -> list:
     return row
 
 
-def features_from_primfunc(func, cache_line_bytes: int = 64) -> np.ndarray:
+def features_from_primfunc(func, cache_line_bytes: int = 64, is_gpu: bool = False) -> np.ndarray:
     """Features of a lowered program: float32 [n_stored_buffers, N_FEATURES] (log-scaled).
 
     ``func`` should come from ``lower_state(state)`` so vectorized and
-    unrolled loops are still loops.  A program with no store gives one zero row.
+    unrolled loops are still loops (and loops bound to GPU axes keep their kind).
+    ``is_gpu``: the program is for a GPU target (sets ``is_gpu`` on every row).  A
+    program with no store gives one zero row.
     """
-    rows = [_row(fs) for fs in extract_feature_sets(func, cache_line_bytes)]
+    rows = [_row(fs) for fs in extract_feature_sets(func, cache_line_bytes, is_gpu)]
     if not rows:
         return np.zeros((1, N_FEATURES), np.float32)
     return np.asarray(rows, dtype=np.float32)
@@ -157,7 +159,7 @@ _CACHE = FeatureCache()
 def _cache_key(task, state):
     # without a task: the DAG object itself (not its id, which could be reused)
     wk = task.workload_key if task is not None else ("dag", state.dag)
-    wk = (wk, _cache_line_bytes(task))
+    wk = (wk, _cache_line_bytes(task), _is_gpu(task))
     try:
         steps = tuple(state.transform_steps)
         hash(steps)
@@ -170,12 +172,20 @@ def _cache_line_bytes(task) -> int:
     return task.hardware_params.cache_line_bytes if task is not None else 64
 
 
-def _extract(state, line: int) -> np.ndarray:
+GPU_TARGET_KINDS = ("cuda", "opencl", "rocm", "vulkan", "metal")
+
+
+def _is_gpu(task) -> bool:
+    """Whether ``task``'s target (a Target with ``kind``) is a GPU; False without a task."""
+    return getattr(getattr(task, "target", None), "kind", None) in GPU_TARGET_KINDS
+
+
+def _extract(state, line: int, is_gpu: bool = False) -> np.ndarray:
     try:
         func = lower_state(state)
     except (SchedulerCoreError, ArithmeticError, ValueError):
         return np.zeros((1, N_FEATURES), np.float32)
-    return features_from_primfunc(func, line)
+    return features_from_primfunc(func, line, is_gpu)
 
 
 def get_per_store_features(task, state, cache: FeatureCache | None = _CACHE) -> np.ndarray:
@@ -189,7 +199,10 @@ def get_per_store_features(task, state, cache: FeatureCache | None = _CACHE) -> 
     cache : FeatureCache or None to bypass caching
 
     One row per stored buffer (TVM's per-store features, feature.cc).  A state
-    that fails to lower gives one all-zero row (see :func:`is_invalid`).
+    that fails to lower gives one all-zero row (see :func:`is_invalid`).  For a GPU
+    task (``task.target.kind`` is ``cuda``...) every row has ``is_gpu`` = 1 and the
+    ``blockIdx_*_len`` / ``threadIdx_*_len`` / ``vthread_len`` of the loops bound
+    around the store; there is no shared-memory column (TVM has none either).
     The returned array is shared with the cache: do not modify it.
     """
     key = _cache_key(task, state) if cache is not None else None
@@ -197,7 +210,7 @@ def get_per_store_features(task, state, cache: FeatureCache | None = _CACHE) -> 
         hit = cache.get(key)
         if hit is not None:
             return hit
-    out = _extract(state, _cache_line_bytes(task))
+    out = _extract(state, _cache_line_bytes(task), _is_gpu(task))
     out.flags.writeable = False
     if key is not None:
         cache.put(key, out)

@@ -69,7 +69,9 @@ class FeatureSet:
 
     ops: the 16 OP_COUNTERS, each the count per run times the store's trip count.
     vec/unroll/parallel: [num loops, product of lengths, innermost length, position].
-    gpu: [is_gpu, blockIdx.x/y/z, threadIdx.x/y/z, vthread lengths] (0 when unbound).
+    gpu: [is_gpu, blockIdx.x/y/z, threadIdx.x/y/z, vthread lengths] (0 when unbound);
+    is_gpu is 1 for every store of a program for a GPU target, and for a store inside a
+    loop bound to a GPU axis.
     access: per buffer (acc_type, bytes, unique_bytes, lines, unique_lines,
     reuse_type, reuse_dis_iter, reuse_dis_bytes, reuse_ct, stride); bytes in
     bytes, lines in cache lines, reuse distances in iterations / bytes.
@@ -133,10 +135,13 @@ class PerStoreExtractor:
     Parameters
     ----------
     cache_line_bytes : int, the cache line size in bytes (64 on x86)
+    is_gpu : bool, the program is for a GPU target (TVM's ``is_gpu``: the feature is 1
+        for all its stores, bound or not)
     """
 
-    def __init__(self, cache_line_bytes: int = 64):
+    def __init__(self, cache_line_bytes: int = 64, is_gpu: bool = False):
         self.line = cache_line_bytes
+        self.is_gpu = bool(is_gpu)
         self.features: dict = {}       # Buffer -> FeatureSet, in first-store order
         self.loops: list = []          # enclosing For nodes, outermost first
         self.extents: list = []        # their constant trip counts
@@ -144,7 +149,7 @@ class PerStoreExtractor:
         self.vec_depths: list = []
         self.unroll_depths: list = []
         self.parallel_depths: list = []
-        self.gpu = [0.0] * 8
+        self.gpu = [1.0 if self.is_gpu else 0.0] + [0.0] * 7
         self.outer_prod = 1.0
         self.auto_unroll = 0
         # For -> {Buffer: [(acc_type, touched elements, element bytes)]} (TVM's for_touch_regions)
@@ -372,7 +377,7 @@ def _intensity_curve(float_ops: float, ops_list: list, bytes_list: list) -> list
     return out
 
 
-def extract_feature_sets(func: T.PrimFunc, cache_line_bytes: int = 64) -> list:
+def extract_feature_sets(func: T.PrimFunc, cache_line_bytes: int = 64, is_gpu: bool = False) -> list:
     """The FeatureSets of ``func``'s stored buffers, in first-store order.
 
     Parameters
@@ -380,7 +385,7 @@ def extract_feature_sets(func: T.PrimFunc, cache_line_bytes: int = 64) -> list:
     func : PrimFunc from ``lower_state`` (before the passes), so loop kinds are visible
     cache_line_bytes : int, bytes per cache line
     """
-    ex = PerStoreExtractor(cache_line_bytes)
+    ex = PerStoreExtractor(cache_line_bytes, is_gpu)
     ex.visit(func.body)
     return list(ex.features.values())
 

@@ -13,6 +13,13 @@ Reading guide: ``sketch_rule`` (the rule contract), ``cpu_sketch_rules`` and
 ``scan_sketch_rule`` (the rules), ``sketch_generation`` (the derivation),
 ``init_population``, ``mutation``; ``state_queries``, ``step_history``,
 ``tiling``, ``compute_location`` and ``split_factors`` are their helpers.
+
+GPU targets (``cuda``): ``gpu_sketch_rules`` (shared-memory cache reads, cross-thread
+reduction, TVM's GPU rule order), InitThreadBind in ``init_population``, the GPU
+mutation weights in ``mutation``, the thread-block limits in ``gpu_params``.  The
+``default_*_rules(policy)`` functions pick the rules of the policy's target, and
+:func:`generate_sketches`, :func:`sample_init_population` and :func:`apply_mutation`
+use them when no rules are given.
 """
 
 from .cpu_sketch_rules import (
@@ -23,10 +30,18 @@ from .cpu_sketch_rules import (
     RuleMultiLevelTilingWithFusion,
     RuleSkipStage,
 )
+from .gpu_params import GpuLimits, gpu_limits
+from .gpu_sketch_rules import (
+    RuleAddCacheRead,
+    RuleCrossThreadReduction,
+    RuleSpecialComputeLocationGPU,
+    gpu_sketch_rules,
+)
 from .init_population import (
     InitChangeComputeLocation,
     InitFillTileSize,
     InitParallel,
+    InitThreadBind,
     InitUnroll,
     InitVectorization,
     PopulationGenerationRule,
@@ -36,12 +51,14 @@ from .init_population import (
 )
 from .mutation import (
     DEFAULT_MUTATION_RULES,
+    GPU_MUTATION_RULES,
     MutateAutoUnroll,
     MutateComputeLocation,
     MutateParallel,
     MutateTileSize,
     MutationRule,
     apply_mutation,
+    default_mutation_rules,
 )
 from .params import SketchPolicyParams
 from .scan_sketch_rule import RuleScanUpdate
@@ -64,4 +81,7 @@ __all__ = [
     "default_init_rules", "apply_init_rules", "sample_init_population", "MutationRule",
     "MutateTileSize", "MutateComputeLocation", "MutateAutoUnroll", "MutateParallel",
     "DEFAULT_MUTATION_RULES", "apply_mutation",
+    "RuleAddCacheRead", "RuleSpecialComputeLocationGPU", "RuleCrossThreadReduction",
+    "gpu_sketch_rules", "InitThreadBind", "GPU_MUTATION_RULES", "default_mutation_rules",
+    "GpuLimits", "gpu_limits",
 ]

@@ -80,7 +80,9 @@ class RuleSkipStage(SketchRule):
 
 class RuleAlwaysInline(SketchRule):
     """Inline a strictly inlineable stage (element-wise, simple reads, no branch, no
-    expensive intrinsic), never an output, a reduction, or a scan's init/update."""
+    expensive intrinsic), never an output, a reduction, or a scan's init/update.  On a
+    GPU every such stage is inlined, strictly inlineable or not (Ansor: a kernel per
+    element-wise stage costs more than recomputing it)."""
 
     name = "RuleAlwaysInline"
 
@@ -91,7 +93,8 @@ class RuleAlwaysInline(SketchRule):
             return ConditionKind.SKIP
         if stage_id in scan_init_ids(state) or stage_id in scan_update_ids(state):
             return ConditionKind.SKIP
-        return (ConditionKind.APPLY_AND_SKIP_REST if is_strictly_inlineable(state, stage_id)
+        return (ConditionKind.APPLY_AND_SKIP_REST
+                if is_gpu_task(policy.task) or is_strictly_inlineable(state, stage_id)
                 else ConditionKind.SKIP)
 
     def apply(self, policy, state, stage_id):

@@ -1,15 +1,18 @@
 """Initial population: fill a sketch's unknowns with random annotations.
 
-    sketch --InitFillTileSize--> --InitChangeComputeLocation--> --InitParallel-->
-           --InitUnroll--> --InitVectorization--> complete State  (lowered to check)
+    CPU: sketch --InitFillTileSize--> --InitChangeComputeLocation--> --InitParallel-->
+                --InitUnroll--> --InitVectorization--> complete State  (lowered to check)
+    GPU: sketch --InitFillTileSize--> --InitThreadBind--> --InitUnroll--> complete State
 
 Ansor, section 4.2 ("random annotation"), ``sketch_policy_rules.cc`` section
-"Init Population", CPU rule order.  Every rule takes ``(policy, state, rng)`` and
-returns a new State or None (failed); every random choice comes from the numpy
-Generator passed in.  Departures from Ansor: InitChangeComputeLocation may inline
-any legal stage (Ansor only inlines stages that were attached somewhere);
-InitParallel leaves loops of extent 1 serial; the stages a scan computes inside
-its time loop keep their placement and their time loop is never vectorized.
+"Init Population", TVM's rule order for each target (:func:`default_init_rules`).
+Every rule takes ``(policy, state, rng)`` and returns a new State or None (failed);
+every random choice comes from the numpy Generator passed in.  Departures from Ansor:
+InitChangeComputeLocation may inline any legal stage (Ansor only inlines stages that
+were attached somewhere); InitParallel leaves loops of extent 1 serial; the stages a
+scan computes inside its time loop keep their placement and their time loop is never
+vectorized.  On a GPU, no InitVectorization: only the cooperative fetching of
+InitThreadBind vectorizes (a split of length 1 the mutations grow).
 """
 
 from __future__ import annotations
@@ -17,18 +20,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scheduler_core.base.errors import LoweringError, ScheduleError
+from scheduler_core.ir.simplify import const_value
 from scheduler_core.lowering.lower import lower_state
 from scheduler_core.schedule.dataflow_step import ComputeInlineStep
 from scheduler_core.schedule.transform_step import (
     AnnotationStep,
     ComputeAtStep,
     ComputeRootStep,
+    FollowFusedSplitStep,
     FuseStep,
     PragmaStep,
     SplitStep,
 )
 
 from .compute_location import get_compute_location_candidates
+from .cpu_sketch_rules import is_gpu_task
+from .gpu_params import gpu_limits, within_limits
+from .gpu_sketch_rules import has_cross_thread_reduction, spatial_split_step_ids
 from .split_factors import factorization_schemes
 from .state_queries import (
     attached_stages,
@@ -42,6 +50,12 @@ from .state_queries import (
 from .step_history import replay_or_none, step_key
 
 AUTO_UNROLL_CONFIGS_CPU = (0, 16, 64, 512)
+AUTO_UNROLL_CONFIGS_GPU = (0, 16, 64, 512, 1024)
+
+
+def auto_unroll_configs(policy) -> tuple:
+    """The ``auto_unroll_max_step`` values to draw from for the policy's target."""
+    return AUTO_UNROLL_CONFIGS_GPU if is_gpu_task(policy.task) else AUTO_UNROLL_CONFIGS_CPU
 
 
 class PopulationGenerationRule:
@@ -159,16 +173,17 @@ def _annotate_parallel(state, sid: int, offset: int, limit: int):
 
 
 class InitUnroll(PopulationGenerationRule):
-    """Put ``auto_unroll_max_step`` (0, 16, 64 or 512, at random) on the outermost loop of
-    every stage with a reduction loop."""
+    """Put ``auto_unroll_max_step`` (0, 16, 64 or 512 on a CPU; 0, 16, 64, 512 or 1024 on a
+    GPU; at random) on the outermost loop of every stage with a reduction loop."""
 
     name = "InitUnroll"
 
     def apply(self, policy, state, rng):
+        configs = auto_unroll_configs(policy)
         for sid, st in enumerate(state.stages):
             if st.op_type == "placeholder" or st.compute_at == "inlined" or not has_reduce_iter(st):
                 continue
-            value = _pick(rng, AUTO_UNROLL_CONFIGS_CPU)
+            value = _pick(rng, configs)
             state = PragmaStep(sid, 0, f"auto_unroll_max_step${value}").apply(state)
         return state
 
@@ -215,19 +230,164 @@ class InitVectorization(PopulationGenerationRule):
         return state
 
 
-def default_init_rules() -> list:
-    """Ansor's CPU init-population rules in order."""
+def fuse_all_outer_space_iters(state, sid: int) -> tuple:
+    """``(state, index or None)``: the stage's outer spatial, unannotated loops fused into
+    its loop 0, up to and including the first loop other stages are computed at (Ansor's
+    FuseAllOuterSpaceIterators).  None when the stage has no such loop (a zero-rank
+    output: Ansor fuses nothing into a new loop of extent 1, which FuseStep cannot)."""
+    st = state.stages[sid]
+    attach = attached_stages(state)
+    ids: list = []
+    for i, it in enumerate(st.iters):
+        if it.kind != "spatial" or it.annotation != "none" or (i > 0 and (sid, i - 1) in attach):
+            break
+        ids.append(i)
+    if not ids:
+        return state, None
+    if len(ids) > 1:
+        state = FuseStep(sid, tuple(ids)).apply(state)
+    return state, 0
+
+
+class InitThreadBind(PopulationGenerationRule):
+    """Bind the loops of every kernel to the GPU (Ansor's InitThreadBind), last stage first.
+
+    * A root stage that reduces across threads (or holds such a stage): its fused outer
+      spatial loops become ``blockIdx.x``.
+    * A multi-level-tiled root stage (the output a tiled stage is fused into): the fused
+      level-0 spatial tiles become ``blockIdx.x``, the level-1 tiles ``vthread`` (at most
+      ``max_vthread_extent``), the level-2 tiles ``threadIdx.x`` (at least a warp, at most
+      ``max_threads_per_block``; otherwise the state is dropped).  With a whole iteration
+      space of at most a warp, its fused outer loops are ``threadIdx.x`` instead.
+    * Any other root stage: the fused outer spatial loops are ``threadIdx.x`` when at most a
+      warp long, else split by the warp size into ``blockIdx.x`` and ``threadIdx.x``.
+    * A ``.shared`` cache stage (cooperative fetching): all its loops fused, split by 1
+      for a vectorized inner loop (the mutations try other lengths), then split by the
+      number of threads of the tiled stage it is computed in (the product of level 2 of
+      its spatial splits, a FollowFusedSplitStep), whose inner piece is ``threadIdx.x``.
+    Stages with a ``threadIdx.x`` loop already and stages computed inside others are left
+    as they are.  Ansor's rule has one departure here: a multi-level-tiled stage tiled at
+    the root (not fused into a consumer) is bound like the tiled root stages."""
+
+    name = "InitThreadBind"
+
+    def apply(self, policy, state, rng):
+        lim = gpu_limits(policy.task)
+        roots = set()
+        for sid, st in enumerate(state.stages):
+            if (st.op_type != "compute" or st.compute_at == "inlined"
+                    or not needs_multi_level_tiling(state, sid)):
+                continue
+            if st.compute_at == "iter":
+                roots.add(st.attach[0])
+            elif is_tiled(st) and not has_cross_thread_reduction(state, sid):
+                roots.add(sid)
+        for sid in range(len(state.stages) - 1, -1, -1):
+            st = state.stages[sid]
+            if st.op_type != "compute" or st.compute_at == "inlined":
+                continue
+            if has_cross_thread_reduction(state, sid):
+                if st.compute_at == "root":
+                    state, fused = fuse_all_outer_space_iters(state, sid)
+                    if fused is not None:
+                        state = AnnotationStep(sid, fused, "blockIdx.x").apply(state)
+                continue
+            if any(it.annotation == "threadIdx.x" for it in st.iters):
+                continue
+            if st.compute_at == "root" and sid not in roots:
+                state = _bind_plain(state, sid, lim)
+            elif st.compute_at == "root":
+                state = _bind_tiled(state, sid, lim)
+            elif st.compute_at == "iter" and st.name.endswith(".shared"):
+                state = _bind_cooperative_fetch(state, sid)
+            if state is None:
+                return None
+        return state
+
+
+def _bind_plain(state, sid: int, lim):
+    state, fused = fuse_all_outer_space_iters(state, sid)
+    if fused is None:
+        return state
+    ext = state.stages[sid].iters[fused].const_extent
+    if ext is None:
+        return None
+    if ext <= lim.warp_size:
+        return AnnotationStep(sid, fused, "threadIdx.x").apply(state)
+    state = SplitStep(sid, fused, ext, (lim.warp_size,), True).apply(state)
+    state = AnnotationStep(sid, fused, "blockIdx.x").apply(state)
+    return AnnotationStep(sid, fused + 1, "threadIdx.x").apply(state)
+
+
+def _bind_tiled(state, sid: int, lim):
+    st = state.stages[sid]
+    total = 1
+    for iv in st.root:  # spatial and reduction axes, as Ansor's root_iter_vars
+        v = const_value(iv.dom_extent)
+        if not isinstance(v, int):
+            return None
+        total *= v
+    if total <= lim.warp_size:
+        state, fused = fuse_all_outer_space_iters(state, sid)
+        return state if fused is None else AnnotationStep(sid, fused, "threadIdx.x").apply(state)
+    n_axis = len(st.op.axis)
+    for level, ann in ((0, "blockIdx.x"), (1, "vthread"), (2, "threadIdx.x")):
+        iters = state.stages[sid].iters
+        ids = []
+        for i in range(level, min(level + n_axis, len(iters))):
+            if not iters[i].name.endswith(f".{level}"):
+                break
+            ids.append(i)
+        if not ids:
+            if ann == "threadIdx.x":
+                return None  # Ansor's fused loop of extent 1: fewer threads than a warp
+            continue
+        if len(ids) > 1:
+            state = FuseStep(sid, tuple(ids)).apply(state)
+        ext = state.stages[sid].iters[level].const_extent
+        if ext is None:
+            return None
+        if ann == "vthread" and ext > lim.max_vthread_extent:
+            return None
+        if ann == "threadIdx.x" and not lim.warp_size <= ext <= lim.max_threads_per_block:
+            return None
+        state = AnnotationStep(sid, level, ann).apply(state)
+    return state
+
+
+def _bind_cooperative_fetch(state, sid: int):
+    st = state.stages[sid]
+    src = tuple(spatial_split_step_ids(state, st.attach[0]))
+    if not src or not st.iters:
+        return state
+    if len(st.iters) > 1:
+        state = FuseStep(sid, tuple(range(len(st.iters)))).apply(state)
+    ext = state.stages[sid].iters[0].const_extent
+    state = SplitStep(sid, 0, ext, (1,), True).apply(state)
+    state = AnnotationStep(sid, 1, "vectorize").apply(state)
+    state = FollowFusedSplitStep(sid, 0, src, 1, True).apply(state)
+    return AnnotationStep(sid, 1, "threadIdx.x").apply(state)
+
+
+def default_init_rules(policy=None) -> list:
+    """Ansor's init-population rules in order for the policy's target: on a GPU
+    InitFillTileSize, InitThreadBind, InitUnroll; otherwise (and without a policy) the CPU
+    rules InitFillTileSize, InitChangeComputeLocation, InitParallel, InitUnroll,
+    InitVectorization."""
+    if policy is not None and is_gpu_task(policy.task):
+        return [InitFillTileSize(), InitThreadBind(), InitUnroll()]
     return [InitFillTileSize(), InitChangeComputeLocation(), InitParallel(), InitUnroll(),
             InitVectorization()]
 
 
 def apply_init_rules(policy, sketch, rng, rules=None):
-    """Run the init rules on ``sketch``; the complete State, or None when a rule fails.
+    """Run the init rules (default: :func:`default_init_rules` of the policy's target) on
+    ``sketch``; the complete State, or None when a rule fails.
 
     A step refused by the compiler (ScheduleError) inside a rule also counts as a
     failure.  Nothing is lowered here."""
     state = sketch
-    for rule in (rules if rules is not None else default_init_rules()):
+    for rule in (rules if rules is not None else default_init_rules(policy)):
         try:
             state = rule.apply(policy, state, rng)
         except ScheduleError:
@@ -258,18 +418,22 @@ def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries:
     sketches : list of State, from ``generate_sketches``
     n : int, the number of states wanted
     rng : numpy.random.Generator, the only source of randomness
-    rules : list of PopulationGenerationRule, default :func:`default_init_rules`
+    rules : list of PopulationGenerationRule, default :func:`default_init_rules` of the
+        policy's target
     max_tries : int, the number of attempts in all (default ``4 * n + 64``); sampling
         also stops after ``max(64, n)`` attempts in a row that gave nothing new
     check_lowering : bool, drop states that do not lower (ScheduleError/LoweringError)
 
     Returns the states in sampling order, de-duplicated by their steps, without
-    nested parallel loops (Ansor's SampleInitPopulation with PruneInvalidState).
+    nested parallel loops and, on a GPU, within the task's limits of threads, virtual
+    threads and shared memory per block (:func:`gpu_params.within_limits`)
+    (Ansor's SampleInitPopulation with PruneInvalidState).
     """
     if not sketches or n <= 0:
         return []
     max_tries = 4 * n + 64 if max_tries is None else max_tries
     patience = max(64, n)
+    gpu = is_gpu_task(policy.task)
     out: list = []
     seen: set = set()
     tries = stale = 0
@@ -283,6 +447,8 @@ def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries:
         if key in seen:
             continue
         seen.add(key)
+        if gpu and not within_limits(policy.task, state):
+            continue
         if has_nested_parallel(state) or (check_lowering and not lowers(state)):
             continue
         out.append(state)
@@ -291,5 +457,7 @@ def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries:
 
 
 __all__ = ["PopulationGenerationRule", "InitFillTileSize", "InitChangeComputeLocation",
-           "InitParallel", "InitUnroll", "InitVectorization", "default_init_rules",
-           "apply_init_rules", "sample_init_population", "lowers", "AUTO_UNROLL_CONFIGS_CPU"]
+           "InitParallel", "InitUnroll", "InitVectorization", "InitThreadBind",
+           "default_init_rules", "apply_init_rules", "sample_init_population", "lowers",
+           "fuse_all_outer_space_iters", "auto_unroll_configs", "AUTO_UNROLL_CONFIGS_CPU",
+           "AUTO_UNROLL_CONFIGS_GPU"]

@@ -3,7 +3,8 @@
     State --edit one step of transform_steps--> steps --replay on State.from_dag(dag)--> State
 
 Each rule has a ``weight`` (the probability the search picks it, Ansor's
-defaults: tile size .90, compute location .05, auto unroll .04, parallel .01)
+defaults: on a CPU tile size .90, compute location .05, auto unroll .04, parallel .01;
+on a GPU tile size .90, auto unroll .10: :func:`default_mutation_rules`)
 and ``apply(policy, state, rng) -> State | None``; None means the rule found
 nothing to mutate or the edited history is illegal.  Because a State is its
 step history, a mutation edits the history and replays it (``replay_steps``).
@@ -23,7 +24,9 @@ from scheduler_core.schedule.transform_step import (
 )
 
 from .compute_location import get_compute_location_candidates
-from .init_population import AUTO_UNROLL_CONFIGS_CPU
+from .cpu_sketch_rules import is_gpu_task
+from .gpu_params import within_limits
+from .init_population import auto_unroll_configs
 from .split_factors import factors_of
 from .state_queries import attached_stages, is_tiled, needs_multi_level_tiling
 from .step_history import (
@@ -58,7 +61,9 @@ def _pick(rng, seq):
 class MutateTileSize(MutationRule):
     """Move a random factor from one level of a split to another, keeping the product
     (so the outermost, implicit level may change too); the innermost length stays
-    <= ``params.max_innermost_split_factor``."""
+    <= ``params.max_innermost_split_factor``.  On a GPU a result with more threads,
+    virtual threads or shared memory per block than the task allows is refused (None),
+    as Ansor's GPU code verification drops it."""
 
     name = "MutateTileSize"
     weight = 0.90
@@ -96,12 +101,16 @@ class MutateTileSize(MutationRule):
             new[src] //= divide
             new[dst] *= divide
             steps[k] = replace(step, lengths=tuple(new[1:]))
-            return replay_or_none(state, steps)
+            out = replay_or_none(state, steps)
+            if out is not None and is_gpu_task(policy.task) and not within_limits(policy.task, out):
+                return None
+            return out
         return None
 
 
 class MutateAutoUnroll(MutationRule):
-    """Give a random ``auto_unroll_max_step`` pragma a new random value from (0, 16, 64, 512)."""
+    """Give a random ``auto_unroll_max_step`` pragma a new random value from (0, 16, 64, 512),
+    on a GPU from (0, 16, 64, 512, 1024)."""
 
     name = "MutateAutoUnroll"
     weight = 0.04
@@ -113,7 +122,7 @@ class MutateAutoUnroll(MutationRule):
         if not cands:
             return None
         k = _pick(rng, cands)
-        value = _pick(rng, AUTO_UNROLL_CONFIGS_CPU)
+        value = _pick(rng, auto_unroll_configs(policy))
         steps[k] = replace(steps[k], pragma_type=f"auto_unroll_max_step${value}")
         return replay_or_none(state, steps)
 
@@ -214,13 +223,25 @@ def _shift_iters(step, offset: int):
 
 DEFAULT_MUTATION_RULES = (MutateTileSize(), MutateComputeLocation(), MutateAutoUnroll(),
                           MutateParallel())
+GPU_MUTATION_RULES = (MutateTileSize(0.90), MutateAutoUnroll(0.10))
 
 
-def apply_mutation(policy, state, rng, rules=DEFAULT_MUTATION_RULES):
-    """Pick one rule with probability proportional to its weight and apply it.
+def default_mutation_rules(policy=None) -> tuple:
+    """Ansor's mutation rules and weights for the policy's target: on a GPU
+    :data:`GPU_MUTATION_RULES` (tile size .90, auto unroll .10), otherwise (and without
+    a policy) :data:`DEFAULT_MUTATION_RULES`."""
+    if policy is not None and is_gpu_task(policy.task):
+        return GPU_MUTATION_RULES
+    return DEFAULT_MUTATION_RULES
+
+
+def apply_mutation(policy, state, rng, rules=None):
+    """Pick one rule (default: :func:`default_mutation_rules` of the policy's target) with
+    probability proportional to its weight and apply it.
 
     Returns the mutated State, or None when the chosen rule could not apply (the
     search then keeps or resamples, as Ansor does)."""
+    rules = default_mutation_rules(policy) if rules is None else rules
     weights = [max(0.0, r.weight) for r in rules]
     total = sum(weights)
     if total <= 0:
@@ -237,4 +258,5 @@ def apply_mutation(policy, state, rng, rules=DEFAULT_MUTATION_RULES):
 
 
 __all__ = ["MutationRule", "MutateTileSize", "MutateComputeLocation", "MutateAutoUnroll",
-           "MutateParallel", "DEFAULT_MUTATION_RULES", "apply_mutation"]
+           "MutateParallel", "DEFAULT_MUTATION_RULES", "GPU_MUTATION_RULES",
+           "default_mutation_rules", "apply_mutation"]

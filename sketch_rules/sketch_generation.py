@@ -35,7 +35,9 @@ from .cpu_sketch_rules import (
     RuleMultiLevelTiling,
     RuleMultiLevelTilingWithFusion,
     RuleSkipStage,
+    is_gpu_task,
 )
+from .gpu_sketch_rules import gpu_sketch_rules
 from .scan_sketch_rule import RuleScanUpdate
 from .sketch_rule import ConditionKind, SketchRule
 
@@ -44,8 +46,12 @@ MAX_SKETCHES = 4096  # a rule set that derives more is taken to be looping
 _REGISTERED: list = []
 
 
-def default_sketch_rules() -> list:
-    """Ansor's CPU rules in Ansor's order, with the scan rule before RuleSkipStage."""
+def default_sketch_rules(policy=None) -> list:
+    """The default rules for ``policy``'s target: on a GPU target Ansor's GPU rules
+    (:func:`gpu_sketch_rules.gpu_sketch_rules`), otherwise (and without a policy) Ansor's
+    CPU rules in Ansor's order, with the scan rule before RuleSkipStage."""
+    if policy is not None and is_gpu_task(policy.task):
+        return gpu_sketch_rules()
     return [RuleAlwaysInline(), RuleAddRfactor(), RuleAddCacheWrite(),
             RuleMultiLevelTilingWithFusion(), RuleMultiLevelTiling(), RuleScanUpdate(),
             RuleSkipStage()]
@@ -79,13 +85,14 @@ def generate_sketches(policy, rules=None) -> list:
     policy : duck-typed search policy (``task.compute_dag``, ``task.target``,
         ``task.hardware_params``, ``params``)
     rules : list of SketchRule, optional; default: the registered rules then
-        :func:`default_sketch_rules`.  With an explicit list exactly those rules run.
+        :func:`default_sketch_rules` of the policy's target (CPU or GPU).  With an
+        explicit list exactly those rules run.
 
     Returns a list of States, in Ansor's derivation order.  Raises ScheduleError
     when the rules derive more than MAX_SKETCHES pairs (a rule that never moves
     to an earlier stage).
     """
-    rules = list(rules) if rules is not None else registered_sketch_rules() + default_sketch_rules()
+    rules = list(rules) if rules is not None else registered_sketch_rules() + default_sketch_rules(policy)
     init = State.from_dag(policy.task.compute_dag)
     now = [(init, len(init.stages) - 1)]
     out: list = []

@@ -17,7 +17,13 @@ Options (TVM spelling), every other key is an :class:`InvalidTargetError`:
     and printed back.  Code is always generated for the process triple, so
     ``-mcpu`` and ``-mattr`` are checked against what LLVM knows for it.
 ``cuda``
-    ``-arch=<sm_xx>`` and ``-model=<gpu name>``, kept in ``options``.
+    TVM's cuda keys, kept in ``options`` as given: ``-arch=sm_<xx>`` a compute
+    capability of :data:`CUDA_ARCHS` (default ``sm_80`` when not given: an A100);
+    ``-model=<gpu name>`` kept and printed back; ``-max_threads_per_block=<n>``,
+    ``-max_shared_memory_per_block=<bytes>``, ``-thread_warp_size=<n>`` and
+    ``-registers_per_block=<n>`` (positive integers) override the arch's limits
+    (:meth:`Target.cuda_limits`, :meth:`HardwareParams.for_target`).  A shared
+    memory size above what the arch can give one block with opt-in is refused.
 
 Everything known about a CPU comes from the LLVM linked through llvmlite, no
 table of CPU names lives here:
@@ -57,7 +63,32 @@ from .errors import BuildError, InvalidTargetError
 
 KINDS = ("llvm", "cuda")
 # The -key=value options each kind accepts (without the leading "-").
-OPTION_KEYS = {"llvm": ("mcpu", "mattr", "mtriple", "num-cores"), "cuda": ("arch", "model")}
+OPTION_KEYS = {"llvm": ("mcpu", "mattr", "mtriple", "num-cores"),
+               "cuda": ("arch", "model", "max_threads_per_block", "max_shared_memory_per_block",
+                        "thread_warp_size", "registers_per_block")}
+
+# Per compute capability: (max threads per block, static shared memory per block,
+# shared memory per block with opt-in (dynamic), warp size, 32-bit registers per block),
+# from NVIDIA's CUDA C Programming Guide, "Technical Specifications per Compute Capability".
+CUDA_ARCHS = {
+    "sm_50": (1024, 48 * 1024, 48 * 1024, 32, 65536),
+    "sm_52": (1024, 48 * 1024, 48 * 1024, 32, 65536),
+    "sm_53": (1024, 48 * 1024, 48 * 1024, 32, 32768),
+    "sm_60": (1024, 48 * 1024, 48 * 1024, 32, 65536),
+    "sm_61": (1024, 48 * 1024, 48 * 1024, 32, 65536),
+    "sm_62": (1024, 48 * 1024, 48 * 1024, 32, 65536),
+    "sm_70": (1024, 48 * 1024, 96 * 1024, 32, 65536),
+    "sm_72": (1024, 48 * 1024, 96 * 1024, 32, 65536),
+    "sm_75": (1024, 48 * 1024, 64 * 1024, 32, 65536),
+    "sm_80": (1024, 48 * 1024, 163 * 1024, 32, 65536),
+    "sm_86": (1024, 48 * 1024, 99 * 1024, 32, 65536),
+    "sm_87": (1024, 48 * 1024, 163 * 1024, 32, 65536),
+    "sm_89": (1024, 48 * 1024, 99 * 1024, 32, 65536),
+    "sm_90": (1024, 48 * 1024, 227 * 1024, 32, 65536),
+}
+CUDA_DEFAULT_ARCH = "sm_80"
+_CUDA_INT_OPTIONS = ("max_threads_per_block", "max_shared_memory_per_block", "thread_warp_size",
+                     "registers_per_block")
 
 _PROBE_TIMEOUT_S = 120
 _SHOW_CHARS = 64  # longest user value quoted back in an error message
@@ -357,6 +388,35 @@ def _parse_num_cores(value: str) -> int:
     return int(value)
 
 
+def _parse_cuda_option(key: str, value: str) -> str:
+    """The canonical text of cuda option ``key``; raises InvalidTargetError naming the allowed values."""
+    if key == "arch":
+        if value not in CUDA_ARCHS:
+            close = difflib.get_close_matches(value[:_SHOW_CHARS], list(CUDA_ARCHS), n=3, cutoff=0.6)
+            closest = f" (closest: {', '.join(close)})" if close else ""
+            raise InvalidTargetError(f"unknown -arch={_show(value)}{closest}; the archs are: "
+                                     + ", ".join(CUDA_ARCHS))
+        return value
+    if key in _CUDA_INT_OPTIONS:
+        if not re.fullmatch(r"[0-9]+", value) or int(value) <= 0:
+            raise InvalidTargetError(f"-{key} must be a positive integer, got {_show(value)}")
+        return str(int(value))
+    if not value:
+        raise InvalidTargetError(f"-{key}= needs a value")
+    return value
+
+
+def _check_cuda_options(options: tuple) -> None:
+    """Limits that contradict the arch: more shared memory than it can give one block."""
+    opts = dict(options)
+    arch = opts.get("arch", CUDA_DEFAULT_ARCH)
+    dynamic_max = CUDA_ARCHS[arch][2]
+    smem = opts.get("max_shared_memory_per_block")
+    if smem is not None and int(smem) > dynamic_max:
+        raise InvalidTargetError(f"-max_shared_memory_per_block={smem} exceeds the {dynamic_max} bytes "
+                                 f"({dynamic_max // 1024} KiB) one block of {arch} can use")
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse_text(text: str) -> Target:
     """The Target of a target string (cached: a Target is immutable); see :meth:`Target.parse`."""
@@ -371,7 +431,8 @@ def _parse_text(text: str) -> Target:
     allowed = OPTION_KEYS[kind]
     accepts = f"{kind} targets accept " + ", ".join(f"-{k}=" for k in allowed)
     fields: dict = {"kind": kind}
-    others, raw = [], {}
+    others: list = []
+    raw: dict = {}
     for word in words[1:]:
         key, eq, value = word.partition("=")
         if not key.startswith("-") or not eq:
@@ -386,9 +447,13 @@ def _parse_text(text: str) -> Target:
             fields["num_cores"] = _parse_num_cores(value)
         elif key == "mtriple":
             fields["mtriple"] = value
+        elif any(k == key for k, _ in others):
+            raise InvalidTargetError(f"option {_show('-' + key)} given twice in {_show(text)}")
         else:
-            others.append((key, value))
+            others.append((key, _parse_cuda_option(key, value) if kind == "cuda" else value))
     fields["options"] = tuple(others)
+    if kind == "cuda":
+        _check_cuda_options(fields["options"])
     if "mcpu" in raw:
         fields["mcpu"] = _parse_mcpu(raw["mcpu"], fields.get("mtriple", ""))
         fields["mcpu_given"] = True
@@ -410,8 +475,9 @@ class Target:
     such as ``("+avx2", "-avx512f")``.  num_cores: threads for parallel loops
     (0 = all, OpenMP's default).  mtriple: the ``-mtriple`` text, kept and
     printed back ("" when not given).  options: the other ``(key, value)``
-    pairs (cuda's ``arch``, ``model``).  mcpu_given: whether ``-mcpu`` was in
-    the string.
+    pairs (cuda's ``arch``, ``model``, limits).  mcpu_given: whether ``-mcpu`` was in
+    the string.  A ``cuda`` target without ``-arch`` is for ``sm_80``
+    (:attr:`arch`).
     """
 
     kind: str = "llvm"
@@ -455,6 +521,39 @@ class Target:
 
     def __str__(self) -> builtins.str:  # ``str`` is the property above inside this class
         return self.str
+
+    def option(self, key: builtins.str, default=None):
+        """The value of ``-key=`` in :attr:`options` (text), else ``default``."""
+        for k, v in self.options:
+            if k == key:
+                return v
+        return default
+
+    @property
+    def arch(self) -> builtins.str:
+        """A cuda target's compute capability (``"sm_80"`` when no ``-arch`` is given); "" for llvm."""
+        return self.option("arch", CUDA_DEFAULT_ARCH) if self.kind == "cuda" else ""
+
+    def cuda_limits(self) -> dict:
+        """A cuda target's block limits: the arch's values, overridden by the target's options.
+
+        Keys: ``max_threads_per_block``, ``max_shared_memory_per_block`` (bytes of static
+        shared memory: 48 KiB on every arch unless overridden),
+        ``max_dynamic_shared_memory_per_block`` (bytes with opt-in, e.g. 163 KiB on sm_80,
+        227 KiB on sm_90), ``thread_warp_size``, ``registers_per_block``.
+        Raises BuildError for a non-cuda target.
+        """
+        if self.kind != "cuda":
+            raise BuildError(f"target {self.str!r} is not a cuda target")
+        threads, smem, dyn, warp, regs = CUDA_ARCHS[self.arch]
+        out = {"max_threads_per_block": threads, "max_shared_memory_per_block": smem,
+               "max_dynamic_shared_memory_per_block": dyn, "thread_warp_size": warp,
+               "registers_per_block": regs}
+        for key in _CUDA_INT_OPTIONS:
+            v = self.option(key)
+            if v is not None:
+                out[key] = int(v)
+        return out
 
     @property
     def is_host(self) -> bool:
@@ -537,18 +636,47 @@ class HardwareParams:
     vector_unit_bytes : int, width of the widest SIMD register in bytes (32 for AVX2, 64 for AVX-512)
     cache_line_bytes : int, 64 on x86
     max_innermost_split_factor : int, upper bound of the innermost tile length
+
+    GPU fields (TVM's names; 0 for a CPU target):
+
+    max_shared_memory_per_block : int, bytes of (static) shared memory one block may use
+    max_local_memory_per_block : int, bytes of local memory per block (TVM: INT32_MAX)
+    max_threads_per_block : int, threads of one block
+    max_vthread_extent : int, the largest vthread extent (TVM: warp_size // 4)
+    warp_size : int, threads of a warp
+    registers_per_block : int, 32-bit registers of one block
+    max_dynamic_shared_memory_per_block : int, bytes of shared memory one block may use with opt-in
     """
 
     num_cores: int = 0
     vector_unit_bytes: int = 32
     cache_line_bytes: int = 64
     max_innermost_split_factor: int = 64
+    max_shared_memory_per_block: int = 0
+    max_local_memory_per_block: int = 0
+    max_threads_per_block: int = 0
+    max_vthread_extent: int = 0
+    warp_size: int = 0
+    registers_per_block: int = 0
+    max_dynamic_shared_memory_per_block: int = 0
 
     @staticmethod
     def for_target(target: Target) -> HardwareParams:
-        """The parameters of ``target``: its ``-num-cores`` (default: this machine's CPUs) and vector width."""
+        """The parameters of ``target``: its ``-num-cores`` (default: this machine's CPUs) and vector width;
+        for cuda also the block limits of its arch and options (:meth:`Target.cuda_limits`)."""
         cores = target.num_cores or os.cpu_count() or 1
-        return HardwareParams(cores, target.vector_unit_bytes, 64, 64)
+        if target.kind != "cuda":
+            return HardwareParams(cores, target.vector_unit_bytes, 64, 64)
+        lim = target.cuda_limits()
+        return HardwareParams(
+            cores, target.vector_unit_bytes, 64, 64,
+            max_shared_memory_per_block=lim["max_shared_memory_per_block"],
+            max_local_memory_per_block=2 ** 31 - 1,
+            max_threads_per_block=lim["max_threads_per_block"],
+            max_vthread_extent=max(1, lim["thread_warp_size"] // 4),
+            warp_size=lim["thread_warp_size"],
+            registers_per_block=lim["registers_per_block"],
+            max_dynamic_shared_memory_per_block=lim["max_dynamic_shared_memory_per_block"])
 
 
 _INITIALIZED: list[bool] = []

@@ -2,6 +2,7 @@
 
     Schedule/State --lower_state--> PrimFunc --unroll, vectorize (once)--> PrimFunc
         --legalize for CPU--> --codegen (llvmlite)--> Module
+    cuda: PrimFunc --cuda_build.build_cuda (kernel form, CUDA C, nvcc on use)--> CudaModule
 
 TVM's ``tvm.lower`` / ``tvm.build``.  The passes run here and only here, so a build runs
 them once and the program that ``lower`` prints is the program that ``build`` compiles.
@@ -17,21 +18,16 @@ from scheduler_core.base.target import Target
 from scheduler_core.codegen import compile_primfunc
 from scheduler_core.ir import tir as T
 from scheduler_core.lowering.lower import lower_state
-from scheduler_core.passes import unroll_loops, vectorize_loops
 from scheduler_core.runtime.module import Module
 from scheduler_core.schedule.loop_state import State
 
+from .cuda_build import build_cuda
+from .pipeline import PASSES_DONE, run_passes
+
+__all__ = ["lower", "build", "run_passes", "PASSES_DONE"]
+
 _GPU_KINDS = ("vthread", "blockIdx.x", "blockIdx.y", "blockIdx.z",
               "threadIdx.x", "threadIdx.y", "threadIdx.z")
-PASSES_DONE = "passes_done"  # PrimFunc.attrs key set once the passes have run
-
-
-def run_passes(func: T.PrimFunc) -> T.PrimFunc:
-    """Unroll then vectorize the annotated loops of ``func`` (a no-op when already done)."""
-    if func.attrs.get(PASSES_DONE):
-        return func
-    body = vectorize_loops(unroll_loops(func.body))
-    return replace(func, body=body, attrs={**func.attrs, PASSES_DONE: True})
 
 
 def lower(sch, args=None, name: str = "main", simple_mode: bool = True) -> T.PrimFunc:
@@ -77,18 +73,29 @@ def build(sch, args=None, target: Any = "llvm", target_host: Any = None, name: s
     ----------
     sch : Schedule or State, or a PrimFunc (from :func:`lower`, or unpassed from ``lower_state``)
     args : list of Tensor, the function's arguments in call order
-    target : str or Target, ``"llvm"``, ``"llvm -mcpu=core-avx2"`` ... (``"cuda"`` needs the CUDA backend)
+    target : str or Target, ``"llvm"``, ``"llvm -mcpu=core-avx2"`` ..., or ``"cuda -arch=sm_80"``
+        (a CudaModule: CUDA C source, PTX/cubin, ``emulate`` on the CPU, launch on a GPU)
     target_host : ignored for CPU targets (kept for TVM's signature)
     name : str, the C symbol of the entry function
 
     Raises
     ------
-    InvalidTargetError (a BuildError) for a target the parser rejects; BuildError for a
-    non-CPU target or a codegen failure; LoweringError.
+    InvalidTargetError (a BuildError) for a target the parser rejects; BuildError for another
+    kind or a codegen failure; LoweringError (incl. a program the GPU lowering refuses).
     """
     parsed = Target.parse(target)
+    if parsed.kind == "cuda":
+        if isinstance(sch, T.PrimFunc):
+            if sch.attrs.get(PASSES_DONE):
+                raise BuildError("build for cuda needs the program of lower_state (before the CPU passes); "
+                                 "pass the schedule, not the output of lower()")
+            return build_cuda(sch, parsed, name)
+        state = getattr(sch, "state", sch)
+        if not isinstance(state, State):
+            raise LoweringError(f"build() needs a Schedule or State, got {type(sch).__name__}")
+        return build_cuda(lower_state(state, args, name), parsed, name)
     if parsed.kind != "llvm":
-        raise BuildError(f"target {parsed.str!r}: only CPU (llvm) targets can be built here")
+        raise BuildError(f"target {parsed.str!r}: only CPU (llvm) and cuda targets can be built")
     func = run_passes(sch) if isinstance(sch, T.PrimFunc) else lower(sch, args, name)
     if func.name != name:
         func = replace(func, name=name)

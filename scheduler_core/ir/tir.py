@@ -4,9 +4,11 @@
 
 Statements: ``For`` (with a loop kind), ``Store`` (flat index into a
 ``Buffer``), ``IfThenElse``, ``SeqStmt``, ``Allocate`` (a scratch buffer that
-lives for its body), ``LetStmt`` and ``Evaluate``.  Expressions are those of
-``expr`` with ``BufferLoad`` (flat index) in place of ``TensorLoad``; after the
-vectorize pass, ``Ramp``/``Broadcast`` give vector values of ``lanes`` elements.
+lives for its body), ``LetStmt``, ``Evaluate`` and ``Barrier`` (a GPU block's
+``__syncthreads()``, only in the kernel form of a cuda target:
+docs/gpu_kernel_form.md).  Expressions are those of ``expr`` with ``BufferLoad``
+(flat index) in place of ``TensorLoad``; after the vectorize pass,
+``Ramp``/``Broadcast`` give vector values of ``lanes`` elements.
 
 Indices are flat element offsets (row-major over the buffer's shape).  Index
 arithmetic is int32 in the IR; code generation may widen it to int64.
@@ -112,6 +114,16 @@ class Evaluate(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class Barrier(Stmt):
+    """CUDA's ``__syncthreads()``: every thread of the block waits here until all have
+    arrived, and their earlier shared (and global) memory writes are visible to all.
+
+    A leaf statement (no children, no expressions); the GPU lowering places it only under
+    control flow that is the same for every thread of a block.
+    """
+
+
+@dataclass(frozen=True, eq=False)
 class PrimFunc:
     """A lowered function.
 
@@ -147,6 +159,7 @@ def seq(*stmts: Stmt | None) -> Stmt:
 
 
 def stmt_children(s: Stmt) -> tuple:
+    """The statements directly inside ``s`` (``()`` for the leaves Store, Evaluate, Barrier)."""
     if isinstance(s, For):
         return (s.body,)
     if isinstance(s, IfThenElse):
@@ -204,6 +217,8 @@ def _lines(s: Stmt, ind: int, out: list) -> None:
         _lines(s.body, ind, out)
     elif isinstance(s, Evaluate):
         out.append(f"{pad}{expr_str(s.value)}")
+    elif isinstance(s, Barrier):
+        out.append(f"{pad}__syncthreads()")
     else:
         out.append(f"{pad}{s!r}")
 

@@ -273,9 +273,35 @@ class _Plan:
                     frontier.append((c, it.name))
         return env, inside
 
+    def is_shared(self, k: int) -> bool:
+        """Whether stage ``k`` is a ``cache_read``/``cache_write`` stage of scope ``"shared"``
+        computed inside another stage (a root one lives in global memory)."""
+        st = self.stages[k]
+        return self.where[k] == "iter" and st.origin_op is None and st.name.endswith(".shared")
+
+    def _thread_env(self, k: int) -> dict:
+        """The ``threadIdx`` loops enclosing stage ``k``'s attach point, relaxed to their range.
+
+        A shared buffer is filled by the threads of a block together (TVM's InferBound
+        relaxes the thread indices for shared scope), so its region covers every thread.
+        """
+        env: dict = {}
+        seen: set = set()
+        while self.where[k] == "iter" and k not in seen:
+            seen.add(k)
+            tgt, it_name = self.attach[k]
+            tst = self.stages[tgt]
+            for it in tst.iters[:tst.iter_index(it_name) + 1]:
+                if it.annotation.startswith("threadIdx") and it.name in self.leaf_vars.get(tgt, {}):
+                    env[self.leaf_vars[tgt][it.name]] = Interval(IntImm(0), self.leaf_ext[tgt][it.name])
+            k = tgt
+        return env
+
     def _region_from_consumers(self, k: int) -> list:
         tgt, it_name = self.attach[k]
         env, inside = self._scope_env(tgt, it_name)
+        if self.is_shared(k):
+            env = {**self._thread_env(k), **env}
         op = self.stages[k].op
         reads: list = [[] for _ in op.output_shape(0)]
         for c in range(self.n):
@@ -385,7 +411,8 @@ class _Plan:
             region = self.regions[k]
             shape = tuple(r.extent for r in region)
             strides = _row_major(shape, st.storage_align)
-            buf = T.Buffer(self._unique(st.name), t.dtype, (_size(shape, strides),), "local")
+            scope = "shared" if self.is_shared(k) else "local"
+            buf = T.Buffer(self._unique(st.name), t.dtype, (_size(shape, strides),), scope)
             info = BufferInfo(buf, tuple(r.lo for r in region), strides)
             self.allocs_at[k] = info
         self.buffers[_key(t)] = info

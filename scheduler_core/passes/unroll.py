@@ -52,6 +52,8 @@ def map_stmt_exprs(s: T.Stmt, fe) -> T.Stmt:
         return T.LetStmt(s.var, fe(s.value), map_stmt_exprs(s.body, fe))
     if isinstance(s, T.Evaluate):
         return T.Evaluate(fe(s.value))
+    if isinstance(s, T.Barrier):
+        return s
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 
@@ -131,7 +133,7 @@ def _visit(s: T.Stmt, max_step: int) -> tuple:
     if isinstance(s, T.LetStmt):
         body, bi = _visit(s.body, max_step)
         return T.LetStmt(s.var, s.value, body), bi
-    if isinstance(s, (T.Store, T.Evaluate)):
+    if isinstance(s, (T.Store, T.Evaluate, T.Barrier)):
         return s, _Info(steps=1)
     raise TypeError(f"unknown statement {type(s).__name__}")
 

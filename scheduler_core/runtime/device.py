@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 from dataclasses import dataclass
 from functools import cache
 
@@ -62,15 +63,16 @@ class Device:
     def check_usable(self) -> None:
         """Raise ``DeviceRuntimeError`` saying why this device cannot run or hold memory.
 
-        Only the CPU is backed by this runtime; a CUDA device raises even when a
-        driver exists, since device memory is not implemented here yet.
+        A CUDA device needs the NVIDIA driver to see it and pycuda (the optional extra
+        ``.[cuda]``), which holds its memory and launches kernels.
         """
         if self.kind == "cpu":
             return
         reason = cuda_unavailable_reason(self.index)
-        if reason is None:
-            reason = "CUDA memory and kernel launch are not implemented by this runtime yet"
-        raise DeviceRuntimeError(f"device {self} cannot be used: {reason}")
+        if reason is None and importlib.util.find_spec("pycuda") is None:
+            reason = "pycuda is not installed (pip install 'autosched[cuda]')"
+        if reason is not None:
+            raise DeviceRuntimeError(f"device {self} cannot be used: {reason}")
 
     def sync(self) -> None:
         """Wait until all work queued on the device is done (a no-op for the CPU).
@@ -78,6 +80,11 @@ class Device:
         Raises ``DeviceRuntimeError`` for a CUDA device that cannot be used here.
         """
         self.check_usable()
+        if self.kind == "cuda":
+            from .cuda_driver import device_context  # pycuda, the optional extra
+
+            with device_context(self.index) as drv:
+                drv.Context.synchronize()
 
     def __str__(self) -> str:
         return f"{self.kind}({self.index})"

@@ -3,10 +3,11 @@
     numpy array --array()--> NDArray (C-contiguous copy on a Device) --Module(...)--> results
     NDArray --numpy()/asnumpy()--> numpy array (a copy)
 
-An :class:`NDArray` owns a C-contiguous numpy array in host memory; compiled
-CPU functions read and write it in place through its data pointer.  Only CPU
-arrays can be made on this runtime; asking for a CUDA array raises
-``DeviceRuntimeError`` with the reason (no driver, or not implemented).
+An :class:`NDArray` on the CPU owns a C-contiguous numpy array in host memory;
+compiled CPU functions read and write it in place through its data pointer.  On a
+CUDA device it owns device memory (``cuda_driver.DeviceBuffer``, through pycuda, the
+optional extra ``.[cuda]``); where no GPU, driver or pycuda is present, asking for a
+CUDA array raises ``DeviceRuntimeError`` saying which is missing.
 
 This module is meant to be used as ``sc.nd`` (``sc.nd.array``, ``sc.nd.empty``,
 ``sc.nd.NDArray``, ``sc.nd.cpu``), as seeds use ``tvm.nd``.
@@ -15,6 +16,8 @@ This module is meant to be used as ``sc.nd`` (``sc.nd.array``, ``sc.nd.empty``,
 from __future__ import annotations
 
 import numpy as np
+
+from scheduler_core.base.errors import DeviceRuntimeError
 
 from .device import Device, context, cpu, cuda, device  # re-exported: tvm.nd.cpu etc.
 
@@ -44,8 +47,8 @@ class NDArray:
 
     __slots__ = ("_data", "_device")
 
-    def __init__(self, data: np.ndarray, dev: Device):
-        if not data.flags.c_contiguous:
+    def __init__(self, data, dev: Device):
+        if isinstance(data, np.ndarray) and not data.flags.c_contiguous:
             raise ValueError("NDArray needs C-contiguous storage")
         self._data = data
         self._device = dev
@@ -70,23 +73,34 @@ class NDArray:
 
     @property
     def ndim(self) -> int:
-        return self._data.ndim
+        return len(self._data.shape)
 
     @property
     def data_ptr(self) -> int:
-        """The address of the first element (what a compiled function receives)."""
-        return self._data.ctypes.data
+        """The address of the first element (what a compiled function receives; a device
+        address for a CUDA array)."""
+        return self._data.ctypes.data if isinstance(self._data, np.ndarray) else self._data.ptr
 
     def numpy(self) -> np.ndarray:
-        """A numpy copy of the contents (same shape and dtype)."""
-        return self._data.copy()
+        """A numpy copy of the contents (same shape and dtype), copied from the device if needed."""
+        return self._data.copy() if isinstance(self._data, np.ndarray) else self._data.get()
 
     def asnumpy(self) -> np.ndarray:
         """TVM's old name for :meth:`numpy`."""
         return self.numpy()
 
     def host_view(self) -> np.ndarray:
-        """The backing numpy array itself (no copy): writes to it change this NDArray."""
+        """The backing numpy array itself (no copy): writes to it change this NDArray.
+
+        Raises ``DeviceRuntimeError`` for an array in device memory (use :meth:`numpy`)."""
+        if not isinstance(self._data, np.ndarray):
+            raise DeviceRuntimeError(f"array on {self._device} has no host view; use .numpy()")
+        return self._data
+
+    def device_buffer(self):
+        """The ``cuda_driver.DeviceBuffer`` of a CUDA array; ``DeviceRuntimeError`` for a CPU array."""
+        if isinstance(self._data, np.ndarray):
+            raise DeviceRuntimeError(f"array on {self._device} is in host memory, not on a CUDA device")
         return self._data
 
     # -- mutations ----------------------------------------------------------
@@ -96,23 +110,26 @@ class NDArray:
         ``source`` must have this array's shape; its values are converted to this
         array's dtype.  Returns ``self``.  Raises ``ValueError`` on a shape mismatch.
         """
-        src = source._data if isinstance(source, NDArray) else np.asarray(source)
+        src = source.numpy() if isinstance(source, NDArray) else np.asarray(source)
         if src.shape != self.shape:
             raise ValueError(f"copyfrom: array shape {self.shape} does not match source shape {src.shape}")
-        np.copyto(self._data, src, casting="unsafe")
+        if isinstance(self._data, np.ndarray):
+            np.copyto(self._data, src, casting="unsafe")
+        else:
+            self._data.set(src.astype(self._data.dtype, copy=False))
         return self
 
     def copyto(self, target) -> NDArray:
         """Copy into ``target`` (an NDArray, returned) or onto a new array on a ``Device``."""
         if isinstance(target, NDArray):
             return target.copyfrom(self)
-        return array(self._data, device=target)
+        return array(self.numpy(), device=target)
 
     def __repr__(self) -> str:
-        return f"<NDArray {self.shape} {self.dtype} @{self._device}>\n{self._data!r}"
+        return f"<NDArray {self.shape} {self.dtype} @{self._device}>\n{self.numpy()!r}"
 
     def __str__(self) -> str:
-        return str(self._data)
+        return str(self.numpy())
 
 
 def array(arr, device: Device | None = None, ctx: Device | None = None) -> NDArray:
@@ -124,12 +141,19 @@ def array(arr, device: Device | None = None, ctx: Device | None = None) -> NDArr
     for a device that cannot hold memory here.
     """
     dev = _resolve_device(device, ctx)
-    src = arr._data if isinstance(arr, NDArray) else arr
-    return NDArray(np.array(src, copy=True, order="C"), dev)
+    src = arr.numpy() if isinstance(arr, NDArray) else arr
+    host = np.array(src, copy=True, order="C")
+    if dev.kind == "cuda":
+        from .cuda_driver import to_device  # pycuda, the optional extra: only when a GPU array is asked for
+        return NDArray(to_device(host, dev.index), dev)
+    return NDArray(host, dev)
 
 
 def empty(shape, dtype: str = "float32", device: Device | None = None, ctx: Device | None = None) -> NDArray:
     """A new uninitialised NDArray of ``shape`` (ints) and ``dtype`` on ``device`` (default cpu(0))."""
     dev = _resolve_device(device, ctx)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if dev.kind == "cuda":
+        from .cuda_driver import DeviceBuffer  # pycuda, the optional extra
+        return NDArray(DeviceBuffer(shape, dtype, dev.index), dev)
     return NDArray(np.empty(shape, dtype=np.dtype(dtype), order="C"), dev)

@@ -126,9 +126,16 @@ def test_symbolic_shape_is_a_runtime_argument():
         np.testing.assert_allclose(b, np.exp(a) * 2, rtol=1e-5)
 
 
-def test_cuda_target_is_refused_on_cpu_build():
+def test_an_unbound_schedule_builds_for_cuda_as_a_one_thread_kernel():
     A = te.placeholder((4,), name="A")
     B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
     s = te.create_schedule(B.op)
-    with pytest.raises(sc.BuildError):
-        sc.build(s, [A, B], "cuda")
+    mod = sc.build(s, [A, B], "cuda")
+    assert "__global__" in mod.imported_modules[0].get_source()
+    (kernel,) = mod.imported_modules[0].launches
+    assert kernel["grid"] == [1, 1, 1] and kernel["block"] == [1, 1, 1]
+    a, b = np.arange(4, dtype="float32"), np.zeros(4, "float32")
+    mod.emulate(a, b)
+    np.testing.assert_allclose(b, a + 1)
+    with pytest.raises(sc.BuildError, match="cuda"):
+        sc.build(s, [A, B], "opencl")

@@ -6,7 +6,7 @@ import scheduler_core as sc
 from scheduler_core import te
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
-from scheduler_core.driver import build_module
+from scheduler_core.driver import pipeline
 from scheduler_core.driver.program import ENTRY_NAME, program_from_steps
 from scheduler_core.measure.data import FAILED_COST_S, MeasureErrorNo, MeasureResult, failed_result, step_records
 from tests.workloads import matmul_add
@@ -50,8 +50,8 @@ def test_program_from_steps_is_the_program_that_runs():
 
 def test_the_passes_run_once_per_build(monkeypatch):
     calls = []
-    real = build_module.vectorize_loops
-    monkeypatch.setattr(build_module, "vectorize_loops", lambda body: calls.append(1) or real(body))
+    real = pipeline.vectorize_loops
+    monkeypatch.setattr(pipeline, "vectorize_loops", lambda body: calls.append(1) or real(body))
     state = _tiled_state(32)
     sc.build(state, list(state.dag.tensors), "llvm")
     assert len(calls) == 1

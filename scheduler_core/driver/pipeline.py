@@ -1,0 +1,22 @@
+"""The CPU passes, run once per program: ``run_passes`` (unroll, then vectorize).
+
+Shared by ``build_module`` (CPU builds, ``lower``) and ``cuda_build`` (the CPU emulation of a
+kernel-form program); ``PrimFunc.attrs[PASSES_DONE]`` marks a program they already ran on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler_core.ir import tir as T
+from scheduler_core.passes import unroll_loops, vectorize_loops
+
+PASSES_DONE = "passes_done"  # PrimFunc.attrs key set once the passes have run
+
+
+def run_passes(func: T.PrimFunc) -> T.PrimFunc:
+    """Unroll then vectorize the annotated loops of ``func`` (a no-op when already done)."""
+    if func.attrs.get(PASSES_DONE):
+        return func
+    body = vectorize_loops(unroll_loops(func.body))
+    return replace(func, body=body, attrs={**func.attrs, PASSES_DONE: True})

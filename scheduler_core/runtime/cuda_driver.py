@@ -1,0 +1,160 @@
+"""The CUDA device path through pycuda: device memory, module load, kernel launch, CUDA-event timing.
+
+    numpy array --to_device--> DeviceBuffer (device memory, shape, dtype) --.get()--> numpy array
+    PTX or cubin bytes --load_kernels--> {kernel name: pycuda Function}
+    launch(functions, symbol, args, grid, block)    one kernel launch
+    time_launches(...) -> seconds per call, measured with CUDA events
+
+pycuda is the optional extra ``.[cuda]`` (it builds only where the NVIDIA driver is
+installed); it is imported on first use, and every entry point raises
+``DeviceRuntimeError`` saying what is missing when it cannot run (no pycuda, no driver,
+no such device).  Nothing else in the package imports this module at import time.
+
+Each device is used through its primary context (what the CUDA runtime API and PyTorch
+use), pushed around every call and popped after it, so several threads and libraries can
+share the GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from scheduler_core.base.errors import DeviceRuntimeError
+
+_LOCK = threading.Lock()
+_CONTEXTS: dict[int, Any] = {}
+
+
+def pycuda_driver():
+    """``pycuda.driver``, initialised; DeviceRuntimeError naming what is missing otherwise."""
+    try:
+        import pycuda.driver as drv  # the optional extra .[cuda]
+    except ImportError as err:
+        raise DeviceRuntimeError("running on a CUDA device needs pycuda (pip install 'autosched[cuda]', on a "
+                                 f"machine with the NVIDIA driver): {err}") from None
+    try:
+        drv.init()
+    except Exception as err:  # pycuda.driver.Error: no driver / no device
+        raise DeviceRuntimeError(f"the CUDA driver failed to initialise: {err}") from None
+    return drv
+
+
+@contextlib.contextmanager
+def device_context(index: int) -> Iterator[Any]:
+    """The primary context of CUDA device ``index``, current for the ``with`` body."""
+    drv = pycuda_driver()
+    with _LOCK:
+        ctx = _CONTEXTS.get(index)
+        if ctx is None:
+            if index >= drv.Device.count():
+                raise DeviceRuntimeError(f"CUDA device {index} does not exist ({drv.Device.count()} present)")
+            ctx = _CONTEXTS[index] = drv.Device(index).retain_primary_context()
+    ctx.push()
+    try:
+        yield drv
+    finally:
+        drv.Context.pop()
+
+
+def device_name(index: int = 0) -> tuple[str, str]:
+    """``(name, arch)`` of CUDA device ``index``, e.g. ``("NVIDIA H100 80GB HBM3", "sm_90")``."""
+    with device_context(index) as drv:
+        dev = drv.Device(index)
+        major, minor = dev.compute_capability()
+        return dev.name(), f"sm_{major}{minor}"
+
+
+class DeviceBuffer:
+    """A C-contiguous array in the memory of CUDA device ``index``.
+
+    shape: tuple of ints; dtype: numpy dtype; ``ptr``: the device address kernels receive.
+    The memory is freed when the buffer is garbage collected.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype, index: int = 0):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.index = index
+        nbytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize)
+        with device_context(index) as drv:
+            self._alloc = drv.mem_alloc(nbytes)
+
+    @property
+    def ptr(self) -> int:
+        return int(self._alloc)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def set(self, host: np.ndarray) -> DeviceBuffer:
+        """Copy ``host`` (this shape; converted to this dtype) to the device."""
+        src = np.ascontiguousarray(host, dtype=self.dtype)
+        if src.shape != self.shape:
+            raise ValueError(f"copy to device: shape {src.shape} does not match {self.shape}")
+        with device_context(self.index) as drv:
+            drv.memcpy_htod(self._alloc, src)
+        return self
+
+    def get(self) -> np.ndarray:
+        """A numpy copy of the contents."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        with device_context(self.index) as drv:
+            drv.memcpy_dtoh(out, self._alloc)
+        return out
+
+
+def to_device(host: np.ndarray, index: int = 0) -> DeviceBuffer:
+    """A new DeviceBuffer holding a copy of ``host``."""
+    host = np.ascontiguousarray(host)
+    return DeviceBuffer(host.shape, host.dtype, index).set(host)
+
+
+def load_kernels(image: bytes, names: Sequence[str], index: int = 0) -> dict[str, Any]:
+    """Load a PTX or cubin ``image`` on device ``index``; its kernels by name."""
+    with device_context(index) as drv:
+        try:
+            module = drv.module_from_buffer(image)
+        except Exception as err:  # pycuda.driver.Error (wrong arch, bad image)
+            raise DeviceRuntimeError(f"the CUDA driver could not load the kernels: {err}") from None
+        return {name: module.get_function(name) for name in names} | {"__module__": module}
+
+
+def launch(functions: dict[str, Any], symbol: str, args: Sequence[Any], grid: Sequence[int],
+           block: Sequence[int], index: int = 0) -> None:
+    """Launch kernel ``symbol`` (from :func:`load_kernels`) with ``args`` (DeviceBuffers and numpy
+    int32/int64 scalars), ``grid`` and ``block`` (3 ints each), and wait for it."""
+    raw = [a._alloc if isinstance(a, DeviceBuffer) else a for a in args]
+    with device_context(index) as drv:
+        functions[symbol](*raw, grid=tuple(int(g) for g in grid), block=tuple(int(b) for b in block))
+        drv.Context.synchronize()
+
+
+def time_launches(run, number: int, repeat: int, min_repeat_ms: float, index: int = 0) -> list[float]:
+    """Seconds per call of ``run()`` (which launches kernels), ``repeat`` times, with CUDA events.
+
+    One warm-up call first; ``number`` grows until a measurement lasts ``min_repeat_ms``.
+    """
+    with device_context(index) as drv:
+        run()
+        results = []
+        for _ in range(repeat):
+            n = number
+            while True:
+                start, end = drv.Event(), drv.Event()
+                start.record()
+                for _ in range(n):
+                    run()
+                end.record()
+                end.synchronize()
+                ms = end.time_since(start)
+                if ms >= min_repeat_ms or n >= 1 << 20:
+                    break
+                n = max(n * 2, int(n * min_repeat_ms / max(ms, 1e-3)) + 1)
+            results.append(ms / 1e3 / n)
+        return results

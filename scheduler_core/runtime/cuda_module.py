@@ -1,0 +1,342 @@
+"""A program built for a ``cuda`` target: TVM's host module with its CUDA device module imported.
+
+    driver.build(..., "cuda") --> CudaModule
+        .imported_modules[0]            CudaSourceModule: get_source() -> CUDA C (seed 004),
+                                        get_source("ptx"), save(.cu / .ptx / .cubin / .json)
+        .emulate(*numpy arrays)         the same kernels run on the CPU with CUDA's semantics
+                                        (every block and thread, barriers honoured)
+        mod(*arrays on sc.cuda(i))      the kernels launched on the GPU (pycuda, extra .[cuda])
+        .time_evaluator(name, sc.cuda(0), number, repeat, min_repeat_ms)   CUDA-event timing
+
+The module never compiles anything itself: the driver hands it the CUDA source, the launch
+descriptions (``docs/gpu_kernel_form.md``), and zero-argument callables that produce the PTX,
+the cubin and the CPU emulation module on first use.  So this file imports neither the code
+generators nor pycuda; the device path imports ``cuda_driver`` (and with it pycuda) only when
+a kernel is launched on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from scheduler_core.base.errors import BuildError, DeviceRuntimeError, RuntimeArgumentError
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import tir as T
+from scheduler_core.ir.expr_functor import substitute
+from scheduler_core.ir.simplify import const_value, simplify
+
+from .device import Device, device
+from .ndarray import NDArray
+from .signature import Signature
+from .timer import ProfileResult, check_timing_args
+
+CUDA_SOURCE_FORMATS = ("", "cu", "cuda", "ptx")
+
+
+def _once(value_or_factory):
+    """A getter that computes ``value_or_factory()`` on first use (or returns the value)."""
+    box: dict[str, Any] = {}
+
+    def get():
+        if "v" not in box:
+            box["v"] = value_or_factory() if callable(value_or_factory) else value_or_factory
+        return box["v"]
+    return get
+
+
+class CudaSourceModule:
+    """The device module: CUDA C source, PTX / cubin for ``arch``, and the launch descriptions.
+
+    source: the CUDA C text; ptx / cubin: bytes or zero-argument callables producing them
+    (nvcc); launches: one dict per kernel (name, grid, block, shared_bytes, params).
+    """
+
+    type_key = "cuda"
+
+    def __init__(self, source: str, launches: Sequence[dict], arch: str,
+                 ptx: bytes | Callable[[], bytes] | None = None, cubin: bytes | Callable[[], bytes] | None = None):
+        self.source, self.launches, self.arch = source, [dict(d) for d in launches], arch
+        self._ptx = _once(ptx) if ptx is not None else None
+        self._cubin = _once(cubin) if cubin is not None else None
+
+    def get_source(self, fmt: str = "") -> str:
+        """``""``/``"cu"``/``"cuda"``: the CUDA C source; ``"ptx"``: the PTX (needs nvcc).
+
+        Raises ValueError for an unknown format, BuildError when the PTX cannot be made.
+        """
+        if fmt not in CUDA_SOURCE_FORMATS:
+            raise ValueError(f"unknown source format {fmt!r}; expected one of {CUDA_SOURCE_FORMATS}")
+        if fmt == "ptx":
+            return self.ptx().decode()
+        return self.source
+
+    def ptx(self) -> bytes:
+        if self._ptx is None:
+            raise BuildError("this CUDA module was built without a PTX compiler")
+        return self._ptx()
+
+    def cubin(self) -> bytes:
+        if self._cubin is None:
+            raise BuildError("this CUDA module was built without a cubin compiler")
+        return self._cubin()
+
+    def launch_json(self) -> str:
+        """The launch descriptions as JSON: ``{"arch", "kernels": [{name, grid, block, ...}]}``."""
+        return json.dumps({"arch": self.arch, "kernels": self.launches}, indent=1)
+
+    def save(self, path, fmt: str = "") -> None:
+        """Write the CUDA source (.cu), PTX (.ptx), cubin (.cubin) or launch JSON (.json), by extension."""
+        fmt = fmt or os.path.splitext(str(path))[1].lstrip(".")
+        data: bytes
+        if fmt in ("cu", "cuda"):
+            data = self.source.encode()
+        elif fmt == "ptx":
+            data = self.ptx()
+        elif fmt == "cubin":
+            data = self.cubin()
+        elif fmt == "json":
+            data = self.launch_json().encode()
+        else:
+            raise ValueError(f"cannot save a CUDA module as {fmt!r}; use .cu, .ptx, .cubin or .json")
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def __repr__(self) -> str:
+        return f"CudaSourceModule({len(self.launches)} kernel(s), {self.arch})"
+
+
+class CudaModule:
+    """A program built for ``cuda``: callable on CUDA arrays, emulated on numpy arrays.
+
+    signature: the entry's buffers and symbolic sizes (as a CPU Module's); device_module:
+    the CudaSourceModule (also ``imported_modules[0]``); emulator: a zero-argument
+    callable returning the CPU Module that runs the kernels with CUDA's semantics
+    (built on first use); kernel_func: the kernel-form PrimFunc, whose host code (loops,
+    conditions, lets around kernels) this module runs; launch: the code generator's launch
+    description (kernel symbols, arguments, intermediate buffers).
+    """
+
+    type_key = "cuda_host"
+
+    def __init__(self, signature: Signature, device_module: CudaSourceModule, kernel_func: T.PrimFunc,
+                 launch: dict, emulator: Callable[[], Any], target=None):
+        self.signature, self.target = signature, target
+        self.kernel_func, self.launch = kernel_func, launch
+        self.lowered = str(kernel_func)
+        self.device_module = device_module
+        self.imported_modules: list = [device_module]
+        self._emulator = _once(emulator)
+        self._kernels: dict[int, dict] = {}
+        self.warnings: list = []
+
+    @property
+    def entry_name(self) -> str:
+        return self.signature.name
+
+    def get_source(self, fmt: str = "") -> str:
+        """The host side: ``""`` the launch descriptions (JSON); ``"cu"``/``"ptx"`` the device code."""
+        if fmt in ("cu", "cuda", "ptx"):
+            return self.device_module.get_source(fmt)
+        if fmt not in ("", "json"):
+            raise ValueError(f"unknown source format {fmt!r}; expected '', 'json', 'cu' or 'ptx'")
+        return self.device_module.launch_json()
+
+    def get_function(self, name: str) -> Callable:
+        if name != self.entry_name:
+            raise RuntimeArgumentError(f"this module has no function {name!r}; its entry is {self.entry_name!r}")
+        return self.__call__
+
+    __getitem__ = get_function
+
+    # -- running ------------------------------------------------------------
+    def emulate(self, *args) -> None:
+        """Run the program on the CPU with CUDA's semantics; outputs are written in place.
+
+        ``args`` as for a CPU Module: numpy arrays or CPU NDArrays (one per buffer, in
+        parameter order), optionally followed by the symbolic sizes.  Every block and thread
+        of every kernel runs; ``__syncthreads()`` is honoured (docs/gpu_kernel_form.md).
+        """
+        self._emulator()(*args)
+
+    def __call__(self, *args) -> None:
+        """Launch the kernels on the GPU holding ``args`` (NDArrays made on ``sc.cuda(i)``).
+
+        Raises RuntimeArgumentError naming a bad argument (a host array: use
+        ``sc.nd.array(x, sc.cuda(0))``, or ``mod.emulate`` where there is no GPU),
+        DeviceRuntimeError when the GPU, its driver or pycuda is missing.
+        """
+        self._launcher(args)()
+
+    def time_evaluator(self, func_name: str, dev: Device | str, number: int = 10, repeat: int = 1,
+                       min_repeat_ms: float = 0, enable_cpu_cache_flush: bool = False) -> Callable:
+        """TVM's ``time_evaluator`` on a CUDA device: ``f(*args) -> ProfileResult`` (seconds),
+        timed with CUDA events around ``number`` back-to-back launches after one warm-up."""
+        self.get_function(func_name)
+        check_timing_args(number, repeat, min_repeat_ms)
+        dev = device(dev)
+        if dev.kind != "cuda":
+            raise DeviceRuntimeError(f"{self.entry_name} is CUDA code and cannot be timed on {dev}; "
+                                     "use emulate() to check it on the CPU")
+        dev.check_usable()
+
+        def evaluator(*args) -> ProfileResult:
+            from .cuda_driver import time_launches  # pycuda, the optional extra
+
+            run = self._launcher(args)
+            results = time_launches(run, number, repeat, min_repeat_ms, dev.index)
+            return ProfileResult(float(np.mean(results)), tuple(results))
+        return evaluator
+
+    def _launcher(self, args: tuple) -> Callable[[], None]:
+        """Check ``args`` (CUDA NDArrays on one device, then optional sizes); a closure that runs
+        the host code of the kernel form, launching each kernel where it stands."""
+        n_buf = len(self.signature.params)
+        if len(args) not in (n_buf, n_buf + len(self.signature.scalar_params)):
+            raise RuntimeArgumentError(f"{self.entry_name} takes {n_buf} array arguments, got {len(args)}")
+        index: int | None = None
+        buffers: dict[str, Any] = {}
+        bound: dict[str, int] = {}
+        for i, (p, a) in enumerate(zip(self.signature.params, args)):
+            if not isinstance(a, NDArray) or a.device.kind != "cuda":
+                where = a.device if isinstance(a, NDArray) else type(a).__name__
+                raise RuntimeArgumentError(
+                    f"argument {i} ({p.name}): the kernels run on a CUDA device, got {where}; pass "
+                    "sc.nd.array(x, sc.cuda(0)), or call mod.emulate(...) to run them on the CPU")
+            if index is not None and a.device.index != index:
+                raise RuntimeArgumentError(f"argument {i} ({p.name}) is on {a.device}, the others on cuda({index})")
+            index = a.device.index
+            if a.dtype != p.dtype or len(a.shape) != len(p.shape):
+                raise RuntimeArgumentError(f"argument {i} ({p.name}): expected {p.dtype} of rank {len(p.shape)}, "
+                                           f"got {a.dtype} {a.shape}")
+            for d, got in zip(p.shape, a.shape):
+                if isinstance(d, int) and d != got:
+                    raise RuntimeArgumentError(f"argument {i} ({p.name}): expected shape "
+                                               f"{tuple(str(x) for x in p.shape)}, got {a.shape}")
+                if isinstance(d, str) and bound.setdefault(d, got) != got:
+                    raise RuntimeArgumentError(f"argument {i} ({p.name}): {d} = {got} contradicts {bound[d]}")
+            buffers[p.name] = a.device_buffer()
+        for name, given in zip(self.signature.scalar_params, args[n_buf:]):
+            bound[name] = int(given)
+        dev_index = index or 0
+        kernels = self._load(dev_index)
+        return lambda: run_host(self.kernel_func, self.launch["kernels"], kernels, buffers, bound, dev_index)
+
+    def _load(self, index: int) -> dict:
+        if index not in self._kernels:
+            from .cuda_driver import load_kernels  # pycuda, the optional extra
+
+            self._kernels[index] = load_kernels(self.device_module.cubin(),
+                                                [d["symbol"] for d in self.launch["kernels"]], index)
+        return self._kernels[index]
+
+    # -- export -------------------------------------------------------------
+    def save(self, path, fmt: str = "") -> None:
+        """Write the device code (.cu, .ptx, .cubin) or the launch descriptions (.json), by extension."""
+        self.device_module.save(path, fmt)
+
+    def export_library(self, path) -> list[str]:
+        """Write ``<stem>.cu``, ``<stem>.ptx``, ``<stem>.json`` (and ``<stem>.cubin`` when nvcc can make
+        it) next to ``path``; returns the paths written."""
+        stem = os.path.splitext(str(path))[0]
+        written = []
+        for ext in ("cu", "ptx", "json", "cubin"):
+            try:
+                self.save(f"{stem}.{ext}")
+            except BuildError:
+                if ext in ("cu", "json"):
+                    raise
+                continue
+            written.append(f"{stem}.{ext}")
+        return written
+
+    def __repr__(self) -> str:
+        return f"CudaModule({self.entry_name}, {len(self.device_module.launches)} kernel(s))"
+
+
+# -- the host side of a kernel-form program -------------------------------------------------
+
+GPU_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def host_value(e: E.Expr, env: dict) -> int:
+    """The integer value of a host expression given ``env`` (Var -> int); DeviceRuntimeError if not constant."""
+    v = const_value(simplify(substitute(e, {var: E.const(int(x), var.dtype) for var, x in env.items()})))
+    if not isinstance(v, int):
+        raise DeviceRuntimeError(f"host expression {E.expr_str(e)} is not an integer here")
+    return v
+
+
+def launch_dims(kernel: T.For, env: dict) -> tuple[list[int], list[int]]:
+    """``(grid, block)`` of a kernel nest: the extents of its blockIdx / threadIdx loops."""
+    dims = {}
+    stack: list[T.Stmt] = [kernel]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, T.For) and s.kind in GPU_TAGS:
+            dims[s.kind] = host_value(s.extent, env)
+        stack.extend(c for c in T.stmt_children(s) if isinstance(c, T.Stmt))
+    grid = [dims.get(f"blockIdx.{a}", 1) for a in "xyz"]
+    block = [dims.get(f"threadIdx.{a}", 1) for a in "xyz"]
+    return grid, block
+
+
+def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dict, bound: dict,
+             index: int) -> None:
+    """Run the host code of the kernel-form ``func`` on CUDA device ``index``.
+
+    Serial loops, conditions and lets around kernels run here with ``bound`` (symbolic size
+    name -> int); each kernel nest (a loop with ``annotations["kernel"]``) is launched with
+    the arguments its launch description names.  Intermediate global buffers are allocated
+    where the program allocates them.
+    """
+    from .cuda_driver import DeviceBuffer, launch  # pycuda, the optional extra
+
+    by_name = {d["name"]: d for d in kernels_desc}
+    env: dict = {v: bound[v.name] for v in func.scalar_params if v.name in bound}
+    scratch: dict[str, Any] = {}
+
+    def go(s: T.Stmt) -> None:
+        if isinstance(s, T.SeqStmt):
+            for c in s.seq:
+                go(c)
+        elif isinstance(s, T.For) and s.annotations.get("kernel"):
+            desc = by_name[s.annotations["kernel"]]
+            grid, block = launch_dims(s, env)
+            names = {v.name: x for v, x in env.items()}
+            args = []
+            for a in desc["args"]:
+                if a["kind"] in ("param", "intermediate"):
+                    args.append(buffers.get(a["name"]) or scratch[a["name"]])
+                else:
+                    args.append(np.int64(names[a["name"]]) if a.get("dtype") == "int64"
+                                else np.int32(names[a["name"]]))
+            launch(functions, desc["symbol"], args, grid, block, index)
+        elif isinstance(s, T.For):
+            lo = host_value(s.min, env)
+            for v in range(lo, lo + host_value(s.extent, env)):
+                env[s.loop_var] = v
+                go(s.body)
+            env.pop(s.loop_var, None)
+        elif isinstance(s, T.IfThenElse):
+            if host_value(s.cond, env):
+                go(s.then_case)
+            elif s.else_case is not None:
+                go(s.else_case)
+        elif isinstance(s, T.LetStmt):
+            env[s.var] = host_value(s.value, env)
+            go(s.body)
+        elif isinstance(s, T.Allocate):
+            shape = [host_value(d, env) for d in s.buffer.shape]
+            scratch[s.buffer.name] = DeviceBuffer(shape, s.buffer.dtype, index)
+            go(s.body)
+        elif isinstance(s, T.Evaluate):
+            pass
+        else:
+            raise DeviceRuntimeError(f"unexpected host statement {type(s).__name__} in {func.name}")
+
+    go(func.body)
