@@ -24,8 +24,8 @@ from scheduler_core.base.errors import LoweringError, ScheduleError
 from scheduler_core.measure.data import MeasureInput
 from scheduler_core.measure.record import load_records
 from sketch_rules import (
-    DEFAULT_MUTATION_RULES,
     SketchPolicyParams,
+    default_mutation_rules,
     generate_sketches,
     sample_init_population,
 )
@@ -77,7 +77,7 @@ class SketchPolicy:
         self.params = params or SketchPolicyParams()
         self.rng = np.random.default_rng(seed)
         self.verbose = verbose
-        self.mutation_rules = list(mutation_rules or DEFAULT_MUTATION_RULES)
+        self.mutation_rules = list(mutation_rules or default_mutation_rules(self))  # GPU weights on cuda
         self.sketch_rules = sketch_rules
         self.measured: dict = {}       # state_key -> cost in seconds (None for errors)
         self.measured_states: dict = {}  # state_key -> State
