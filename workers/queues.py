@@ -13,7 +13,8 @@ import redis
 from rq import Queue, Retry, Worker
 from rq.serializers import JSONSerializer
 
-from scheduler_core.base.target import host_cpu
+from scheduler_core.base.target import Target, host_cpu
+from scheduler_core.runtime.cuda_driver import device_name  # pycuda loads only when a GPU is asked
 
 TUNE_QUEUE = "tune"
 TUNE_JOB_FUNC = "workers.jobs.tune_job"
@@ -54,13 +55,26 @@ def _host_cpu_model() -> str:
 
 
 def measure_queue_name(target: str, device_model: str | None = None) -> str:
-    """``measure:<kind>:<device model>``, e.g. ``measure:llvm:znver4``.
+    """``measure:<kind>:<device model>``, e.g. ``measure:llvm:znver4`` or ``measure:cuda:sm-80``.
 
-    target : str, a target string ("llvm ...", "cuda ..."); only its kind is used
-    device_model : str, the CPU/GPU model name; default LLVM's name for the host CPU
-        (for a CUDA target, pass the GPU model).
+    target : str, a target string ("llvm ...", "cuda -arch=sm_90 ..."); its kind, and for cuda
+        its arch (``sm_80`` when not given): a GPU worker serves the arch it was compiled for.
+    device_model : str, the CPU model name for an llvm target; default LLVM's name for the host CPU.
     """
     kind = (str(target).split() or ["llvm"])[0]
-    model = device_model or _host_cpu_model()
+    if kind == "cuda":
+        model = Target.parse(str(target)).arch
+    else:
+        model = device_model or _host_cpu_model()
     slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "unknown"
     return f"measure:{kind}:{slug}"
+
+
+def gpu_measure_queue(index: int = 0) -> str:
+    """The measurement queue of local CUDA device ``index``: ``measure:cuda:<its arch>``.
+
+    Asks the device for its compute capability (pycuda, the optional extra ``.[cuda]``);
+    raises DeviceRuntimeError saying what is missing (no driver, no device, no pycuda).
+    """
+    _, arch = device_name(index)
+    return measure_queue_name(f"cuda -arch={arch}")

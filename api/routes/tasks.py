@@ -37,6 +37,7 @@ from ..limits import (
     check_dag_size,
     check_job_trials,
     check_measure_listener,
+    check_measure_mode,
     refusal,
 )
 from ..schemas import (
@@ -94,6 +95,7 @@ def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: 
     check_job_trials(settings, trials)
     dag = ComputeDAG.from_json(body.dag, require_concrete_shapes=True, **settings.dag_limits())
     check_dag_size(settings, dag)
+    check_measure_mode(body.tuning.measure, body.target)
     check_measure_listener(conn, body.tuning.measure, body.target)
     try:
         task_id, workload_key, job_id = store.create_task_with_job(dag, body.target, body.tuning.model_dump(),
@@ -118,6 +120,7 @@ def resume_task(body: TaskResume, token: RateLimitedToken, task: TaskDep, store:
                 settings: SettingsDep) -> TaskCreated:
     """A new job that continues from the task's records (nothing measured is measured again)."""
     check_job_trials(settings, body.num_measure_trials)
+    check_measure_mode(task["tuning"].get("measure", "local"), task["target"])
     check_measure_listener(conn, task["tuning"].get("measure", "local"), task["target"])
     try:
         job_id = store.create_job(task["task_id"], body.num_measure_trials, admission(settings, token))

@@ -11,7 +11,7 @@
 The module never compiles anything itself: the driver hands it the CUDA source, the launch
 descriptions (``docs/gpu_kernel_form.md``), and zero-argument callables that produce the PTX,
 the cubin and the CPU emulation module on first use.  So this file imports neither the code
-generators nor pycuda; the device path imports ``cuda_driver`` (and with it pycuda) only when
+generators nor pycuda; ``cuda_driver`` imports pycuda only when
 a kernel is launched on a GPU.
 """
 
@@ -30,6 +30,7 @@ from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr_functor import substitute
 from scheduler_core.ir.simplify import const_value, simplify
 
+from .cuda_driver import DeviceBuffer, launch, load_kernels, time_launches  # pycuda loads on first use
 from .device import Device, device
 from .ndarray import NDArray
 from .signature import Signature
@@ -185,8 +186,6 @@ class CudaModule:
         dev.check_usable()
 
         def evaluator(*args) -> ProfileResult:
-            from .cuda_driver import time_launches  # pycuda, the optional extra
-
             run = self._launcher(args)
             results = time_launches(run, number, repeat, min_repeat_ms, dev.index)
             return ProfileResult(float(np.mean(results)), tuple(results))
@@ -228,8 +227,6 @@ class CudaModule:
 
     def _load(self, index: int) -> dict:
         if index not in self._kernels:
-            from .cuda_driver import load_kernels  # pycuda, the optional extra
-
             self._kernels[index] = load_kernels(self.device_module.cubin(),
                                                 [d["symbol"] for d in self.launch["kernels"]], index)
         return self._kernels[index]
@@ -294,8 +291,6 @@ def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dic
     the arguments its launch description names.  Intermediate global buffers are allocated
     where the program allocates them.
     """
-    from .cuda_driver import DeviceBuffer, launch  # pycuda, the optional extra
-
     by_name = {d["name"]: d for d in kernels_desc}
     env: dict = {v: bound[v.name] for v in func.scalar_params if v.name in bound}
     scratch: dict[str, Any] = {}

@@ -21,6 +21,8 @@ from functools import cache
 
 from scheduler_core.base.errors import DeviceRuntimeError
 
+from .cuda_driver import device_context  # pycuda loads only when a CUDA device is used
+
 DEVICE_KINDS = ("cpu", "cuda")
 # DLPack device type codes, as TVM reports them in ``Device.device_type``.
 _DLPACK_CODES = {"cpu": 1, "cuda": 2}
@@ -81,8 +83,6 @@ class Device:
         """
         self.check_usable()
         if self.kind == "cuda":
-            from .cuda_driver import device_context  # pycuda, the optional extra
-
             with device_context(self.index) as drv:
                 drv.Context.synchronize()
 

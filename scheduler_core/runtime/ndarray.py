@@ -19,6 +19,7 @@ import numpy as np
 
 from scheduler_core.base.errors import DeviceRuntimeError
 
+from .cuda_driver import DeviceBuffer, to_device  # pycuda loads only when a CUDA array is made
 from .device import Device, context, cpu, cuda, device  # re-exported: tvm.nd.cpu etc.
 
 __all__ = ["NDArray", "array", "empty", "Device", "cpu", "cuda", "device", "context"]
@@ -144,7 +145,6 @@ def array(arr, device: Device | None = None, ctx: Device | None = None) -> NDArr
     src = arr.numpy() if isinstance(arr, NDArray) else arr
     host = np.array(src, copy=True, order="C")
     if dev.kind == "cuda":
-        from .cuda_driver import to_device  # pycuda, the optional extra: only when a GPU array is asked for
         return NDArray(to_device(host, dev.index), dev)
     return NDArray(host, dev)
 
@@ -154,6 +154,5 @@ def empty(shape, dtype: str = "float32", device: Device | None = None, ctx: Devi
     dev = _resolve_device(device, ctx)
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     if dev.kind == "cuda":
-        from .cuda_driver import DeviceBuffer  # pycuda, the optional extra
         return NDArray(DeviceBuffer(shape, dtype, dev.index), dev)
     return NDArray(np.empty(shape, dtype=np.dtype(dtype), order="C"), dev)

@@ -256,3 +256,25 @@ def test_concurrent_resumes_of_tasks_cannot_pass_the_token_limit_together(redis_
     codes = sorted(r.status_code for r in _at_once(
         [lambda t=t: client.post(f"/tasks/{t}/resume", json={"num_measure_trials": 4}) for t in tasks]))
     assert codes == [201] * 2 + [429] * 10, codes
+
+
+@pytest.mark.integration
+def test_a_cuda_task_goes_to_the_gpu_workers_of_its_arch(redis_url, conn):
+    from rq import Queue, Worker
+    from rq.serializers import JSONSerializer
+
+    client = _client(redis_url)
+    body = {**payload(), "target": "cuda -arch=sm_90"}
+    r = client.post("/tasks", json=body)                      # measured "local" by default
+    _refused(r, 422, "GpuNeedsQueue", "autosched worker --gpu 0", "measure:cuda:sm-90")
+    body["tuning"]["measure"] = "queue"
+    _refused(client.post("/tasks", json=body), 503, "measure:cuda:sm-90", "no worker listens")
+    assert measure_queue_name("cuda") == "measure:cuda:sm-80"   # the default arch
+    worker = Worker([Queue("measure:cuda:sm-90", connection=conn, serializer=JSONSerializer)], connection=conn,
+                    serializer=JSONSerializer)
+    worker.register_birth()  # a GPU worker of that arch (`autosched worker --gpu 0` on an H100)
+    try:
+        r = client.post("/tasks", json=body)
+        assert r.status_code == 201, r.text
+    finally:
+        worker.register_death()
