@@ -11,13 +11,18 @@ import scheduler_core as sc
 from scheduler_core import te
 from scheduler_core.base.c_names import c_identifier, c_identifiers, comment_text
 from scheduler_core.base.errors import LoweringError
+from scheduler_core.dag import reference
 from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.driver import bounds
 from scheduler_core.driver.bounds import check_bounds
 from scheduler_core.driver.program import program_from_state
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr import Broadcast, BufferLoad, CmpOp, FloatImm, IntImm, Ramp, Select, Var
+from scheduler_core.schedule.dataflow_step import replay_steps
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.schedule_api import Schedule
+from tests import workloads as W
+from tests.scheduler_core.test_random_schedules import random_inputs
 from tests.workloads import conv2d_nchw, matmul_add
 
 A = T.Buffer("A", "float32", (IntImm(10),))
@@ -111,6 +116,128 @@ def test_tuned_like_programs_are_accepted():
     s = _tiled(dag, out, (5, 4))
     program_from_state(s.state, "llvm")
     program_from_state(State.from_dag(dag), "llvm")
+
+
+# ---------------------------------------------------------------------------
+# floordiv / floormod: differences, other decompositions of a fused loop
+# ---------------------------------------------------------------------------
+
+def _buf(n: int) -> T.Buffer:
+    return T.Buffer("X", "float32", (IntImm(n),))
+
+
+def _fused(f: Var, extent: int, guard, index, n: int) -> T.PrimFunc:
+    """``for f in 0..extent-1: if guard: X[index] = 0`` with X of ``n`` elements."""
+    x = _buf(n)
+    body = T.Store(x, index, FloatImm(0.0))
+    if guard is not None:
+        body = T.IfThenElse(guard, body, None, likely=True)
+    return T.PrimFunc("f", (x,), (), _loop(f, extent, body))
+
+
+def test_differences_of_floordiv_terms(monkeypatch):
+    """``floordiv(22*i + j, 33) - floordiv(22*i, 33)`` (a compute_at inside a fused loop) is 0 or 1:
+    X of 2 elements is fine, X of 1 is refused (taking the difference for ``floordiv(j, 33) = 0``
+    would accept it)."""
+    i, j = Var("i"), Var("j")
+
+    def func(n):
+        x = _buf(n)
+        store = T.Store(x, (i * 22 + j) // 33 - (i * 22) // 33, FloatImm(0.0))
+        return T.PrimFunc("f", (x,), (), _loop(i, 12, _loop(j, 22, store)))
+
+    check_bounds(func(2))
+    with pytest.raises(LoweringError, match=r"ranges over \[0, 1\]"):
+        check_bounds(func(1))
+    monkeypatch.setattr(bounds, "ENUMERATION_LIMIT", 0)  # without enumerating: the linear relaxation
+    check_bounds(func(2))
+    with pytest.raises(LoweringError, match="'X'"):
+        check_bounds(func(1))
+
+
+def test_guard_on_another_decomposition_of_the_fused_loop(monkeypatch):
+    """A loop fused from (2, 6) and split by 6 again: the guard speaks of
+    ``floormod(floordiv(f, 6), 2)*6 + floormod(f, 6)``, the index of ``floordiv(f, 6)*6 + floormod(f, 6)``."""
+    monkeypatch.setattr(bounds, "ENUMERATION_LIMIT", 0)  # proved, not enumerated
+    f = Var("f")
+    guard_of = lambda limit: (f // 6) % 2 * 6 + f % 6 < limit  # noqa: E731
+    index = (f // 6) * 6 + f % 6
+    check_bounds(_fused(f, 12, guard_of(10), index, 10))
+    with pytest.raises(LoweringError, match="'X'"):  # the guard one too loose
+        check_bounds(_fused(f, 12, guard_of(11), index, 10))
+    with pytest.raises(LoweringError, match="'X'"):  # the index one too far
+        check_bounds(_fused(f, 12, guard_of(10), index + 1, 10))
+
+
+def test_off_by_one_floormod_guard_is_refused(monkeypatch):
+    """``X[floordiv(f, 7)*5 + floormod(f, 7)]`` guarded by ``floormod(f, 7) < 5`` stays within 10
+    elements; with ``< 6`` (a split tail guard off by one) it reaches X[10]."""
+    monkeypatch.setattr(bounds, "ENUMERATION_LIMIT", 0)
+    f = Var("f")
+    index = (f // 7) * 5 + f % 7
+    check_bounds(_fused(f, 14, f % 7 < 5, index, 10))
+    with pytest.raises(LoweringError, match=r"'X' out of bounds"):
+        check_bounds(_fused(f, 14, f % 7 < 6, index, 10))
+    # the guard written on the fused index instead: floordiv(f, 7)*7 + floormod(f, 7) < 12
+    check_bounds(_fused(f, 14, (f // 7) * 7 + f % 7 < 12, f, 12))
+    with pytest.raises(LoweringError, match=r"'X' out of bounds"):
+        check_bounds(_fused(f, 14, (f // 7) * 7 + f % 7 < 13, f, 12))
+
+
+# Legal schedules of the test DAGs that the check refused before it knew the above (the
+# random-schedule probe found them; the step records are shrunk to a minimal subsequence).
+ONCE_REFUSED = [
+    # row_sum[floordiv(254 + i, 33)] where the split tail guard says 254 + i < 264
+    pytest.param(lambda: W.softmax(8, 33),
+                 [["FU", 4, [0, 1]], ["SP", 4, 0, 264, [18, 254], 1], ["AN", 4, 1, 1]],
+                 id="one-variable-guard-narrows-a-floordiv"),
+    # scan[floordiv(f, 6)*6 + floormod(f, 6) + ...] guarded by floormod(floordiv(f, 6), 2)*6 + floormod(f, 6) < 10
+    pytest.param(lambda: W.cumsum_scan(9, 10),
+                 [["SP", 3, 1, 10, [6], 1], ["CHW", 1, "local"], ["FU", 4, [0, 1, 2]]],
+                 id="guard-on-another-decomposition"),
+    # total[floordiv(f, 4)*4 + floormod(f, 4)] guarded by (floordiv(f, 8)*2 + floormod(floordiv(f, 4), 2))*4 + ...
+    pytest.param(lambda: W.layer_norm(6, 20),
+                 [["SP", 1, 0, 11, [11, 4], 1], ["CHR", 0, "local", [1]], ["FU", 2, [0, 1, 2]]],
+                 id="guard-on-a-finer-split"),
+    # floordiv(81*c + 48*a + b, 81)*81 + floormod(floordiv(.., 9), 9)*9 + floormod(.., 9) under 48*a + b < 81
+    pytest.param(lambda: W.depthwise_conv2d(1, 3, 9, 9, 3, 3, pad=1),
+                 [["FU", 2, [1, 2, 3]], ["SP", 2, 1, 243, [3], 0], ["SP", 2, 2, 81, [48], 1]],
+                 id="nested-divisions-of-a-fused-index"),
+    # floordiv(x + floordiv(y, d), c) = floordiv(d*x + y, d*c) relates the index to the guards
+    pytest.param(lambda: W.rgb_to_yuv(11, 6),
+                 [["SP", 1, 0, 3, [3, 1], 1], ["SP", 1, 1, 3, [3], 1], ["SP", 1, 2, 3, [2], 1],
+                  ["SP", 1, 2, 2, [1], 1], ["FU", 1, [0, 1, 2, 3, 4, 5]], ["SP", 1, 0, 4, [4, 4], 1]],
+                 id="division-of-a-division-in-a-sum"),
+    # row_max[floordiv(22*a + b, 33) - floordiv(22*a, 33)], row_max of 2 elements (compute_at)
+    pytest.param(lambda: W.softmax(8, 33),
+                 [["FU", 2, [0, 1]], ["SP", 2, 0, 264, [22], 1], ["CA", 1, 2, 0]],
+                 id="difference-of-floordiv-terms"),
+    # matmul_local[10*floordiv(5*a + b, 10) - 10*floordiv(5*a, 10) + floormod(5*a + b, 10)] (cache_write at)
+    pytest.param(lambda: W.matmul_bias_relu(12, 10, 7),
+                 [["CHW", 2, "local"], ["FU", 3, [0, 1]], ["SP", 3, 0, 120, [106, 5], 1], ["CA", 2, 3, 1]],
+                 id="difference-of-floordiv-terms-and-floormod"),
+    # a loop of 25920 fused from nine, guarded in three decompositions (too many points to enumerate)
+    pytest.param(lambda: W.depthwise_conv2d(1, 12, 36, 36, 3, 3, pad=1),
+                 [["SP", 2, 3, 36, [4], 0], ["SP", 2, 1, 12, [10], 1], ["SP", 2, 4, 4, [4], 1],
+                  ["SP", 2, 1, 2, [1, 2], 1], ["FU", 2, [0, 1, 2, 3, 4, 5, 6, 7, 8]]],
+                 id="large-fused-loop"),
+]
+
+
+@pytest.mark.parametrize("workload, steps", ONCE_REFUSED)
+def test_legal_schedules_once_refused_build_and_match_the_reference(workload, steps, monkeypatch):
+    """Each builds through program_from_state (the builder's path, bounds check included) and
+    computes what numpy computes.  Proved without enumerating points, so the proof does not
+    depend on the sizes being small."""
+    monkeypatch.setattr(bounds, "ENUMERATION_LIMIT", 0)
+    dag = ComputeDAG(workload())
+    program = program_from_state(replay_steps(dag, steps), "llvm")
+    rng = np.random.default_rng(0)
+    inputs = random_inputs(dag, rng)
+    outputs = [np.zeros(tuple(int(d.value) for d in t.shape), t.dtype) for t in dag.outputs]
+    program.build()(*inputs, *outputs)
+    for got, want in zip(outputs, reference.evaluate(dag, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------
