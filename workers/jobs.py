@@ -15,13 +15,14 @@ never a state already recorded for this workload and target.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import traceback
 from typing import Any
 
 from cost_model import LGBMModel
-from scheduler_core.base.errors import SchedulerCoreError
+from scheduler_core.base.errors import BuildError, SchedulerCoreError
 from scheduler_core.driver.program import ENTRY_NAME
 from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
@@ -35,6 +36,8 @@ from .job_state import JobState
 from .measure_queue import NoMeasurementWorker, QueueBuilder, QueueRunner
 from .redis_conn import current_connection
 from .store import JobCancelled, RedisRecordSink, RedisStore
+
+log = logging.getLogger(__name__)
 
 ARTIFACT_FORMATS = ("so", "h", "o", "ll", "asm")
 
@@ -157,12 +160,23 @@ def _save_model(store: RedisStore, model: Any, wk: str, target: str) -> None:
 
 
 def _finalize(store: RedisStore, meta: dict) -> None:
-    """Store the best program's artifacts (so, h, o, ll, asm) under the task."""
+    """Store the best program's artifacts under the task: so, h, o, ll, asm for a CPU target;
+    cu, ptx, cubin, json (the launch description) for cuda."""
     program = best_program(store, meta["workload_key"], meta["target"])
     if program is None:
         return
     module = program.build()
     task_id = meta["task_id"]
+    if module.type_key == "cuda_host":  # a cuda program: CUDA C, PTX, cubin, launch description
+        device = module.imported_modules[0]
+        store.save_artifact(task_id, "cu", device.get_source().encode())
+        store.save_artifact(task_id, "json", device.launch_json().encode())
+        for fmt, make in (("ptx", device.ptx), ("cubin", device.cubin)):
+            try:
+                store.save_artifact(task_id, fmt, make())
+            except BuildError as err:  # no nvcc on this worker: the source and launch JSON still serve
+                log.warning("task %s: no %s artifact: %s", task_id, fmt, err)
+        return
     with tempfile.TemporaryDirectory(prefix="autosched_artifact_") as tmp:
         so = os.path.join(tmp, f"{ENTRY_NAME}.so")
         header = module.export_library(so)

@@ -52,7 +52,9 @@ from ..schemas import (
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
 ARTIFACT_MEDIA = {"so": "application/octet-stream", "o": "application/octet-stream",
-                  "h": "text/plain", "ll": "text/plain", "asm": "text/plain"}
+                  "h": "text/plain", "ll": "text/plain", "asm": "text/plain",
+                  "cu": "text/plain", "ptx": "text/plain", "cubin": "application/octet-stream",
+                  "json": "application/json"}
 ARTIFACT_SUFFIX = {"asm": "s"}
 # OpenAPI links of a 201 TaskCreated: where its task_id and job_id lead (clients and schemathesis'
 # stateful phase follow them).  DELETE /jobs/{id} (cancel) is not linked: it cancels, and the job
@@ -159,13 +161,15 @@ def read_best(task: TaskDep, store: StoreDep) -> BestPublic:
 
 
 @router.get("/{task_id}/artifact", response_class=Response, operation_id="read_artifact",
-            responses={200: {"content": {"application/octet-stream": {}, "text/plain": {}}},
+            responses={200: {"content": {"application/octet-stream": {}, "text/plain": {}, "application/json": {}}},
                        **error_responses(404, 409, 422, 503)})
 def read_artifact(task: TaskDep, store: StoreDep,
-                  format: Literal["so", "h", "o", "ll", "asm"] = "so") -> Response:
-    """The compiled best program (``so``: shared library, ``h``: its C header, ``o``: object,
-    ``ll``: LLVM IR, ``asm``: assembly).  404 for an unknown task; 409 while the task has no
-    artifact yet (they are written when a job ends with a successful measurement)."""
+                  format: Literal["so", "h", "o", "ll", "asm", "cu", "ptx", "cubin", "json"] = "so") -> Response:
+    """The compiled best program.  CPU targets: ``so`` (shared library), ``h`` (its C header),
+    ``o`` (object), ``ll`` (LLVM IR), ``asm``; cuda: ``cu`` (CUDA C), ``ptx``, ``cubin``,
+    ``json`` (the launch description: kernels, grid, block, arguments).  404 for an unknown
+    task; 409 while the task has no such artifact (they are written when a job ends with a
+    successful measurement)."""
     data = store.load_artifact(task["task_id"], format)
     if data is None:  # the task exists: its artifacts are written when a job ends with a best record
         raise ConflictError(f"task {task['task_id']!r} has no {format} artifact yet (it is written when a job "
