@@ -2,7 +2,7 @@
 
     task.hardware_params --gpu_limits--> GpuLimits(max_threads_per_block, warp_size,
                                                    max_shared_memory_per_block, ...)
-    State --within_limits--> threads, vthreads and shared bytes of every block in bounds
+    State --within_limits--> threads, vthreads, vector width and shared bytes of every block in bounds
 
 TVM's ``HardwareParams`` carries these fields for GPU targets
 (``max_shared_memory_per_block``, ``max_local_memory_per_block``,
@@ -22,6 +22,10 @@ from scheduler_core.ir.expr import IntImm, TensorLoad, dtype_bits
 from scheduler_core.ir.expr_functor import walk
 
 from .state_queries import derives_from
+
+# The widest single load/store VerifyGPUCode lets a GPU candidate vectorize (float4): TVM's
+# builder passes ``max_vector_bytes = hardware_params.vector_unit_bytes``, 16 for CUDA.
+MAX_VECTOR_BYTES = 16
 
 # TVM's defaults for a CUDA sm_80 device, used where HardwareParams has no such field.
 SM80_DEFAULTS = {
@@ -146,14 +150,37 @@ def shared_memory_bytes(state) -> dict:
     return out
 
 
+def vector_bytes(stage) -> int:
+    """Bytes one vectorized store of ``stage`` moves: the product of its ``vectorize`` loop
+    extents times its element size (0 when it has no vectorized loop; an unknown extent
+    counts as 1)."""
+    lanes, any_vec = 1, False
+    for it in stage.iters:
+        if it.annotation == "vectorize":
+            any_vec = True
+            lanes *= it.const_extent or 1
+    if not any_vec or stage.op_type != "compute":
+        return 0
+    return lanes * max(1, dtype_bits(stage.op.output(0).dtype) // 8)
+
+
+def within_vector_limit(state) -> bool:
+    """Whether no stage vectorizes more than :data:`MAX_VECTOR_BYTES` at once (the vector
+    part of VerifyGPUCode: e.g. a cooperative fetch grown to 8 float32 lanes is refused)."""
+    return all(vector_bytes(st) <= MAX_VECTOR_BYTES for st in state.stages
+               if st.op_type != "placeholder" and st.compute_at != "inlined")
+
+
 def within_limits(task, state) -> bool:
-    """:func:`within_thread_limits` and every kernel's :func:`shared_memory_bytes` at most
-    ``max_shared_memory_per_block`` (TVM's VerifyGPUCode on a GPU candidate)."""
-    if not within_thread_limits(task, state):
+    """:func:`within_thread_limits`, :func:`within_vector_limit` and every kernel's
+    :func:`shared_memory_bytes` at most ``max_shared_memory_per_block`` (TVM's VerifyGPUCode
+    on a GPU candidate)."""
+    if not within_thread_limits(task, state) or not within_vector_limit(state):
         return False
     cap = gpu_limits(task).max_shared_memory_per_block
     return all(0 <= b <= cap for b in shared_memory_bytes(state).values())
 
 
-__all__ = ["GpuLimits", "gpu_limits", "SM80_DEFAULTS", "thread_extents", "within_thread_limits",
-           "shared_memory_bytes", "within_limits"]
+__all__ = ["GpuLimits", "gpu_limits", "SM80_DEFAULTS", "MAX_VECTOR_BYTES", "thread_extents",
+           "within_thread_limits", "vector_bytes", "within_vector_limit", "shared_memory_bytes",
+           "within_limits"]

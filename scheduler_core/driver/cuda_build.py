@@ -20,6 +20,7 @@ from scheduler_core.base.target import Target
 from scheduler_core.codegen import compile_primfunc
 from scheduler_core.codegen.cuda_codegen import cuda_source, launch_description
 from scheduler_core.ir import tir as T
+from scheduler_core.ir.simplify import const_value
 from scheduler_core.lowering.gpu import lower_for_gpu
 from scheduler_core.passes import unroll_loops
 from scheduler_core.passes.gpu_emulation import RACE_SLOTS, RaceConditionError, gpu_to_cpu, race_message
@@ -69,20 +70,42 @@ def kernel_form(func: T.PrimFunc, target: Target) -> T.PrimFunc:
     return replace(kf, body=unroll_loops(kf.body))
 
 
-def build_cuda(func: T.PrimFunc, target: Target, name: str) -> CudaModule:
+def build_cuda(func: T.PrimFunc, target: Target, name: str, cubin: bytes | None = None,
+               ptx: bytes | None = None) -> CudaModule:
     """A CudaModule from a lowered (unpassed) PrimFunc: kernel form, CUDA C, lazy PTX/cubin/emulation.
+
+    ``cubin`` / ``ptx``: images already compiled from this program's source (the measurement
+    runner reuses the builder's), used instead of running nvcc.  ``launch["max_vthread_extent"]``
+    records the longest vthread loop nest of ``func`` (the kernel form has none left), for the
+    validity checks of ``gpu_validity``.
 
     Raises LoweringError for a program the GPU lowering refuses, BuildError from code generation.
     """
     kf = kernel_form(replace(func, name=name), target)
     source = cuda_source(kf, target)
     launch = launch_description(kf)
+    launch["max_vthread_extent"] = max_vthread_extent(func.body)
     arch = target_arch(target)
-    device_module = CudaSourceModule(source, launch["kernels"], arch,
-                                     ptx=lambda: compile_cuda(source, arch=arch, fmt="ptx"),
-                                     cubin=lambda: compile_cuda(source, arch=arch, fmt="cubin"))
+    device_module = CudaSourceModule(
+        source, launch["kernels"], arch,
+        ptx=ptx if ptx is not None else (lambda: compile_cuda(source, arch=arch, fmt="ptx")),
+        cubin=cubin if cubin is not None else (lambda: compile_cuda(source, arch=arch, fmt="cubin")))
     return CudaModule(Signature.from_primfunc(kf, name), device_module, kf, launch,
                       lambda: emulation_module(kf), target=target)
+
+
+def max_vthread_extent(s: T.Stmt) -> int:
+    """The largest product of the constant extents of nested ``vthread`` loops under ``s`` (1: none)."""
+    best = 1
+    stack: list = [(s, 1)]
+    while stack:
+        st, outer = stack.pop()
+        if isinstance(st, T.For) and st.kind == "vthread":
+            ext = const_value(st.extent)
+            outer = outer * (ext if isinstance(ext, int) else 1)
+            best = max(best, outer)
+        stack.extend((c, outer) for c in T.stmt_children(st) if isinstance(c, T.Stmt))
+    return best
 
 
 def target_arch(target: Target) -> str:

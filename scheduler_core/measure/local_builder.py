@@ -7,6 +7,17 @@
 TVM's ``auto_scheduler.LocalBuilder`` (Ansor section 6): builds run in parallel in
 separate processes so that a compiler crash or a build that never ends costs one
 result (COMPILE_HOST / BUILD_TIMEOUT), never the search.
+
+A ``cuda`` task builds differently (in :func:`build_in_worker`; no GPU needed):
+
+    steps --replay, lower_state (no layout rewrite, as TVM on GPUs), bounds check-->
+        --build_cuda--> CudaModule --check_gpu_program (static: threads, shared memory,
+        vthreads, vector width)--> --nvcc--> <n>.ptx, <n>.cubin, <n>.cu, <n>.json
+        --check_gpu_program (registers, from ptxas -v)--> BuildResult(filename=<n>.cubin)
+
+A program the GPU could not launch is an INSTANTIATION_ERROR (TVM's VerifyGPUCode) and is
+never run; an nvcc failure (or no nvcc) is COMPILE_DEVICE.  The runner rebuilds the
+launch description from the same steps and loads the builder's cubin.
 """
 
 from __future__ import annotations
@@ -22,7 +33,14 @@ from collections import OrderedDict
 from scheduler_core.base.errors import BuildError, InvalidWorkloadError, LoweringError, ScheduleError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
-from scheduler_core.driver.program import program_from_steps
+from scheduler_core.driver.bounds import check_bounds
+from scheduler_core.driver.cuda_build import build_cuda
+from scheduler_core.driver.gpu_validity import InvalidGpuProgramError, check_gpu_program
+from scheduler_core.driver.pipeline import run_passes
+from scheduler_core.driver.program import ENTRY_NAME, program_from_steps
+from scheduler_core.lowering.lower import lower_state
+from scheduler_core.runtime.cuda_module import CudaModule
+from scheduler_core.schedule.dataflow_step import replay_steps
 
 from .data import BuildResult, MeasureErrorNo, MeasureInput, input_payload
 from .popen_pool import PopenPool
@@ -54,7 +72,8 @@ class LocalBuilder:
         self._finalizer = weakref.finalize(self, shutil.rmtree, self.build_dir, True)
 
     def build(self, inputs: list[MeasureInput], verbose: int = 0) -> list[BuildResult]:
-        """Build each input into ``<build_dir>/<n>.so``; one BuildResult per input, in order.
+        """Build each input into ``<build_dir>/<n>.so`` (``<n>.cubin`` for a cuda task); one
+        BuildResult per input, in order.
 
         Failures are results, not exceptions: INSTANTIATION_ERROR (the steps do not
         replay or lower), COMPILE_HOST (codegen/link failed, or the worker died),
@@ -65,7 +84,8 @@ class LocalBuilder:
         jobs = []
         for inp in inputs:
             self._count += 1
-            filename = os.path.join(self.build_dir, f"{self._count:07d}.so")
+            ext = "cubin" if _is_cuda(str(inp.task.target)) else "so"
+            filename = os.path.join(self.build_dir, f"{self._count:07d}.{ext}")
             _, dag_json, target, records = input_payload(inp)
             jobs.append((dag_json, target, records, filename))
         outcomes = self._pool.map(_WORKER_FUNC, jobs, self.timeout_s)
@@ -109,7 +129,7 @@ def _to_build_result(outcome, args: tuple, timeout_s: float) -> BuildResult:
 _tasks: OrderedDict = OrderedDict()  # (dag JSON, target) -> Task, the last few built here
 
 
-def _task(dag_json: str, target: str) -> Task:
+def cached_task(dag_json: str, target: str) -> Task:
     key = (dag_json, target)
     if key in _tasks:
         _tasks.move_to_end(key)
@@ -130,9 +150,12 @@ def build_in_worker(dag_json: str, target: str, records: list, filename: str) ->
     start = time.perf_counter()
     kind = target.split()[0] if target.split() else "llvm"
     try:
-        program_from_steps(_task(dag_json, target), records).build().export_library(filename)
+        if kind == "cuda":
+            _build_cuda(cached_task(dag_json, target), records, filename)
+            return filename, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - start
+        program_from_steps(cached_task(dag_json, target), records).build().export_library(filename)
         return filename, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - start
-    except (ScheduleError, LoweringError, InvalidWorkloadError) as err:
+    except (ScheduleError, LoweringError, InvalidWorkloadError, InvalidGpuProgramError) as err:
         code, message = MeasureErrorNo.INSTANTIATION_ERROR, _describe(err)
     except BuildError as err:
         code = MeasureErrorNo.COMPILE_HOST if kind == "llvm" else MeasureErrorNo.COMPILE_DEVICE
@@ -140,6 +163,35 @@ def build_in_worker(dag_json: str, target: str, records: list, filename: str) ->
     except Exception as err:  # noqa: BLE001 - any other failure of codegen is a compile error
         code, message = MeasureErrorNo.COMPILE_HOST, _describe(err)
     return "", int(code), message, time.perf_counter() - start
+
+
+def _is_cuda(target: str) -> bool:
+    return target.split()[0] == "cuda" if target.split() else False
+
+
+def cuda_module_from_steps(task: Task, records: list, cubin: bytes | None = None,
+                           ptx: bytes | None = None) -> CudaModule:
+    """The CudaModule of ``records`` on a cuda ``task`` (entry ``ENTRY_NAME``): replay, lower,
+    check that every access is in bounds, build.  ``cubin``/``ptx``: images compiled before
+    (the runner's reuse of the builder's).  Raises ScheduleError, LoweringError, BuildError."""
+    state = replay_steps(task.compute_dag, records)
+    func = lower_state(state, list(task.compute_dag.tensors), ENTRY_NAME)
+    check_bounds(run_passes(func))
+    return build_cuda(func, task.target, ENTRY_NAME, cubin=cubin, ptx=ptx)
+
+
+def _build_cuda(task: Task, records: list, filename: str) -> None:
+    """Build a cuda candidate into ``filename`` (.cubin) with its .ptx, .cu and .json beside it;
+    raises InvalidGpuProgramError (before any nvcc run when the static checks fail)."""
+    module = cuda_module_from_steps(task, records)
+    check_gpu_program(module, task.target, registers=False)
+    stem = os.path.splitext(filename)[0]
+    device = module.imported_modules[0]
+    device.ptx()  # nvcc: a BuildError here is COMPILE_DEVICE
+    check_gpu_program(module, task.target, registers=True)
+    for ext in ("cu", "ptx", "json"):
+        device.save(f"{stem}.{ext}")
+    device.save(filename, "cubin")
 
 
 def _describe(err: BaseException) -> str:

@@ -26,10 +26,20 @@ by default half the machine's physical memory, at least 1 GiB: a program that
 allocates more gets NULL from malloc or dies, giving RUNTIME_DEVICE, instead of
 taking the machine's memory) and a CPU-time bound per run (RLIMIT_CPU,
 :func:`cpu_limit_s`; SIGXCPU past it, a backstop behind the wall-clock timeout).
+
+A ``cuda`` task is measured on CUDA device 0 (:func:`run_cuda_in_worker`): the worker
+rebuilds the program's launch description from the input's steps
+(``local_builder.cuda_module_from_steps``), loads the builder's cubin, copies the inputs to
+the GPU and times ``CudaModule.time_evaluator`` (CUDA events); with ``check_correctness``
+the outputs are compared as above first.  It runs in a second worker without the
+address-space limit (the CUDA driver reserves far more virtual memory than it uses).  Where
+there is no usable CUDA device (no driver, no GPU, or pycuda missing) nothing is run: the
+result is RUNTIME_DEVICE with a message saying why, never a made-up time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -43,7 +53,8 @@ from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.reference import evaluate
 from scheduler_core.dag.tensor import PlaceholderOp
 from scheduler_core.ir.simplify import const_value
-from scheduler_core.runtime import load_module
+from scheduler_core.runtime import load_module, ndarray
+from scheduler_core.runtime.device import cuda, cuda_unavailable_reason
 from scheduler_core.runtime.timer import check_timing_args
 
 from .data import (
@@ -52,10 +63,13 @@ from .data import (
     MeasureInput,
     MeasureResult,
     failed_result,
+    input_payload,
 )
+from .local_builder import cached_task, cuda_module_from_steps
 from .popen_pool import PopenPool, WorkerLimits
 
 _WORKER_FUNC = "scheduler_core.measure.local_runner:run_in_worker"
+_CUDA_WORKER_FUNC = "scheduler_core.measure.local_runner:run_cuda_in_worker"
 MAX_RUNS_PER_WORKER = 200   # a runner worker is replaced after this many runs (loaded .so files pile up)
 INPUT_SEED = 0              # seed of the random input arrays
 MEM_LIMIT_FRACTION = 0.5    # default RLIMIT_AS of a runner worker: this much of the physical memory
@@ -102,6 +116,7 @@ class LocalRunner:
         self.check_correctness = bool(check_correctness)
         self._pool = PopenPool(1, preload=("scheduler_core.measure.local_runner",),
                                max_tasks_per_worker=MAX_RUNS_PER_WORKER, limits=limits)
+        self._cuda_pool: PopenPool | None = None  # started on the first cuda run
         self._data_dir = tempfile.mkdtemp(prefix="autosched_run_")
         self._reference_files: dict = {}  # (workload_key, arg specs) -> (.npz path, error message)
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._data_dir, True)
@@ -117,8 +132,10 @@ class LocalRunner:
                          self.min_repeat_ms, verbose)
 
     def close(self) -> None:
-        """End the worker and remove the reference data files."""
+        """End the workers and remove the reference data files."""
         self._pool.close()
+        if self._cuda_pool is not None:
+            self._cuda_pool.close()
         self._finalizer()
 
     def __enter__(self) -> LocalRunner:
@@ -134,25 +151,48 @@ class LocalRunner:
         if len(inputs) != len(build_results):
             raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
         results: list = [None] * len(inputs)
-        jobs, job_index = [], []
+        jobs, job_index, cuda_jobs, cuda_index = [], [], [], []
         for k, (inp, br) in enumerate(zip(inputs, build_results)):
             job = self._job(inp, br, check, number, repeat, min_repeat_ms)
             if isinstance(job, MeasureResult):
                 results[k] = job
+            elif is_cuda_task(inp.task):
+                cuda_jobs.append(job)
+                cuda_index.append(k)
             else:
                 jobs.append(job)
                 job_index.append(k)
         outcomes = self._pool.map(_WORKER_FUNC, jobs, self.timeout_s) if jobs else []
         for k, outcome in zip(job_index, outcomes):
             results[k] = _to_measure_result(outcome, build_results[k].time_cost, self.timeout_s)
+        if cuda_jobs:
+            for k, outcome in zip(cuda_index, self._cuda_workers().map(_CUDA_WORKER_FUNC, cuda_jobs,
+                                                                        self.timeout_s)):
+                results[k] = _to_measure_result(outcome, build_results[k].time_cost, self.timeout_s)
         if verbose >= 1:
             print("".join("*" if r.error_no == 0 else "*E" for r in results), flush=True)
         return results
+
+    def _cuda_workers(self) -> PopenPool:
+        if self._cuda_pool is None:
+            limits = WorkerLimits(core_bytes=0, address_space_bytes=None,
+                                  cpu_s_per_task=cpu_limit_s(self.timeout_s))
+            self._cuda_pool = PopenPool(1, preload=("scheduler_core.measure.local_runner",),
+                                        max_tasks_per_worker=MAX_RUNS_PER_WORKER, limits=limits)
+        return self._cuda_pool
 
     def _job(self, inp: MeasureInput, br: BuildResult, check: bool, number, repeat, min_repeat_ms):
         """The worker's arguments for one input, or the MeasureResult when no run is needed."""
         if br.error_no != MeasureErrorNo.NO_ERROR:
             return failed_result(br.error_no, br.error_msg, br.time_cost, time.time())
+        cuda = is_cuda_task(inp.task)
+        if cuda:
+            reason = cuda_unavailable()
+            if reason:
+                return failed_result(MeasureErrorNo.RUNTIME_DEVICE,
+                                     f"cannot measure a cuda program here: {reason}; it was built "
+                                     f"({br.filename}) but not run, and no time is reported",
+                                     br.time_cost, time.time())
         try:
             specs = arg_specs(br.args)
         except ValueError as err:
@@ -162,6 +202,9 @@ class LocalRunner:
             data_file, problem = self._reference_file(inp, specs)
             if problem:
                 return failed_result(MeasureErrorNo.UNKNOWN_ERROR, problem, br.time_cost, time.time())
+        if cuda:
+            _, dag_json, target, records = input_payload(inp)
+            return (dag_json, target, records, br.filename, specs, data_file, number, repeat, min_repeat_ms)
         return (br.filename, specs, data_file, number, repeat, min_repeat_ms, self.enable_cpu_cache_flush)
 
     def _reference_file(self, inp: MeasureInput, specs: list) -> tuple:
@@ -181,6 +224,23 @@ class LocalRunner:
                 np.savez(path, **named)
                 self._reference_files[key] = (path, "")
         return self._reference_files[key]
+
+
+def is_cuda_task(task) -> bool:
+    """Whether ``task``'s target is a cuda one."""
+    return getattr(getattr(task, "target", None), "kind", None) == "cuda" or \
+        str(getattr(task, "target", "")).split()[:1] == ["cuda"]
+
+
+def cuda_unavailable() -> str:
+    """Why CUDA device 0 cannot run measurements here (``""`` when it can): no driver, no
+    device, or no pycuda (the optional extra ``.[cuda]``)."""
+    reason = cuda_unavailable_reason(0)
+    if reason:
+        return f"no usable CUDA device ({reason})"
+    if importlib.util.find_spec("pycuda") is None:
+        return "pycuda is not installed (pip install 'autosched[cuda]'), so kernels cannot be launched"
+    return ""
 
 
 def default_mem_limit_bytes() -> int:
@@ -360,6 +420,37 @@ def run_in_worker(filename: str, specs: list, data_file: str | None, number: int
             return int(MeasureErrorNo.NO_ERROR), "", (first_s,)
         evaluator = module.time_evaluator(module.entry_name, "cpu", number=number, repeat=repeat,
                                           min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=enable_cpu_cache_flush)
+        profile = evaluator(*args)
+        return int(MeasureErrorNo.NO_ERROR), "", tuple(float(c) for c in profile.results)
+    except (Exception, MemoryError) as err:  # noqa: BLE001 - a failed run is a result
+        return int(MeasureErrorNo.RUNTIME_DEVICE), f"{type(err).__name__}: {err}", ()
+
+
+def run_cuda_in_worker(dag_json: str, target: str, records: list, cubin_path: str, specs: list,
+                       data_file: str | None, number: int, repeat: int, min_repeat_ms: float) -> tuple:
+    """Rebuild the cuda program of ``records`` with the builder's cubin, [check it against
+    ``data_file``], time it on CUDA device 0 with CUDA events.  Runs in the cuda runner worker.
+
+    Returns ``(error_no, error_msg, costs_s)``.
+    """
+    try:
+        with open(cubin_path, "rb") as f:
+            cubin = f.read()
+        module = cuda_module_from_steps(cached_task(dag_json, target), records, cubin=cubin)
+        dev = cuda(0)
+        inputs, expected = _cached_data(specs, data_file)
+        outputs = empty_outputs(specs)
+        ins, outs = iter(inputs), iter(outputs)
+        host = [next(outs) if is_output else next(ins) for _, _, _, is_output in specs]
+        args = [ndarray.array(a, dev) for a in host]
+        if expected is not None:
+            module(*args)
+            got = [a.numpy() for a, spec in zip(args, specs) if spec[3]]
+            message = compare_outputs(specs, got, expected)
+            if message:
+                return int(MeasureErrorNo.WRONG_ANSWER), message, ()
+        evaluator = module.time_evaluator(module.entry_name, dev, number=number, repeat=repeat,
+                                          min_repeat_ms=min_repeat_ms)
         profile = evaluator(*args)
         return int(MeasureErrorNo.NO_ERROR), "", tuple(float(c) for c in profile.results)
     except (Exception, MemoryError) as err:  # noqa: BLE001 - a failed run is a result
