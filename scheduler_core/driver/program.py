@@ -17,6 +17,8 @@ from typing import Any
 from scheduler_core.base.target import Target
 from scheduler_core.dag.task import Task
 from scheduler_core.ir import tir as T
+from scheduler_core.lowering.lower import lower_state
+from scheduler_core.runtime.cuda_module import CudaModule
 from scheduler_core.runtime.module import Module
 from scheduler_core.schedule.dataflow_step import replay_steps
 from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite
@@ -34,6 +36,7 @@ class Program:
 
     state : State, the schedule with the tuned layouts applied (what is lowered)
     func : PrimFunc, the lowered program after the passes: exactly what :meth:`build` compiles
+        (for cuda: the program of ``lower_state``, which the build turns into the kernel form)
     target : Target
     """
 
@@ -44,11 +47,13 @@ class Program:
 
     @property
     def lowered(self) -> str:
-        """The text of the lowered program (as ``print(sc.lower(...))`` shows it)."""
-        return str(self.func)
+        """The text of the lowered program (as ``print(sc.lower(...))`` shows it; for cuda the
+        kernel form the CUDA source is printed from)."""
+        module = self.build() if self.target.kind == "cuda" else None
+        return module.lowered if isinstance(module, CudaModule) else str(self.func)
 
-    def build(self) -> Module:
-        """The compiled Module (built on first use, then reused).  Raises BuildError."""
+    def build(self) -> Module | CudaModule:
+        """The compiled Module (a CudaModule for cuda; built on first use, then reused).  Raises BuildError."""
         if not self._module:
             self._module.append(build(self.func, target=self.target, name=self.func.name))
         return self._module[0]
@@ -61,10 +66,15 @@ def program_from_state(state: State, target: Any, name: str = ENTRY_NAME) -> Pro
     program has a load or store that is not provably in bounds (:func:`.bounds.check_bounds`),
     InvalidTargetError for a target the parser rejects.
     """
+    parsed = Target.parse(target)
+    if parsed.kind == "cuda":  # no layout rewrite on GPUs (as TVM); the kernel form is built from lower_state's program
+        func = lower_state(state, list(state.dag.tensors), name)
+        check_bounds(func)
+        return Program(state, func, parsed)
     rewritten = apply_layout_rewrite(state)
     func = lower(rewritten, list(state.dag.tensors), name=name)
     check_bounds(func)
-    return Program(rewritten, func, Target.parse(target))
+    return Program(rewritten, func, parsed)
 
 
 def program_from_steps(task: Task, steps: list, name: str = ENTRY_NAME) -> Program:
