@@ -32,7 +32,7 @@ def test_cuda_search_builds_every_candidate_and_records_no_device(tmp_path):
     assert errors <= {MeasureErrorNo.RUNTIME_DEVICE, MeasureErrorNo.INSTANTIATION_ERROR}, errors
     assert MeasureErrorNo.RUNTIME_DEVICE in errors   # built, then refused to fake a time
     inp = next(i for i, r in records if r.error_no == MeasureErrorNo.RUNTIME_DEVICE)
-    mod = sc.build(inp.state, list(task.compute_dag.tensors), "cuda")  # a measured candidate is correct
+    mod = sc.build(inp.state, list(inp.state.dag.tensors), "cuda")  # a measured candidate is correct
     rng = np.random.default_rng(0)
     a, b, c = (rng.random((64, 64), dtype=np.float32) for _ in range(3))
     out = np.zeros((64, 64), np.float32)
