@@ -27,6 +27,16 @@ The kernel form is specified in ``docs/gpu_kernel_form.md``; in short:
    thread-dependent condition, ``LoweringError`` names the shared buffer (its stage).
 4. ``attrs["kernels"]``: one launch description per kernel in program order (name, grid,
    block, shared_bytes, params); ``attrs["target_kind"] = "cuda"``.
+5. **Cross-thread reductions.** Before step 2, a reduction whose reduce loop is bound to
+   threadIdx.x (Ansor's RuleCrossThreadReduction) becomes TVM's thread allreduce, written
+   with the kernel form's own statements (see ``_ThreadAllReduce``): per-thread partials
+   in a ``local`` buffer ``<X>.red_local`` (from the identity), a ``shared`` buffer
+   ``<X>.red_shared`` with one slot per thread (per spatial element of the reduction's loops
+   and per enclosing threadIdx.y/z), a tree reduction over the width padded to a power of
+   two (``if threadIdx.x < n`` steps, a barrier after each), then the result stored where the
+   init stored: by thread 0, or by every thread for a ``local`` result that later code of
+   the block reads.  Any sum/prod/max/min update ``X[I] = X[I] op v``; a reduction whose
+   init is host code (a zero-rank output) makes one kernel with its reduce loops.
 
 Errors (``LoweringError``, naming the loop or buffer): a ``parallel`` loop; two different
 extents bound to one ``blockIdx`` tag in a kernel, or a ``blockIdx`` tag bound twice on one
@@ -34,8 +44,13 @@ path; a ``threadIdx`` tag bound inside a loop of the same tag with a larger exte
 extent that depends on a variable of the kernel; a shared buffer whose size is not a
 constant; a ``local`` or ``shared`` buffer allocated in host code around kernels, or a
 ``local`` buffer written by thread-bound loops it is allocated outside of; a
-read-modify-write of a global or shared element by every thread (block) of a tag
-(a reduction across GPU threads); a barrier needed under thread-dependent control flow.
+read-modify-write of a global or shared element by every thread (block) of a tag that is
+not a cross-thread reduction of step 5 (a reduction across blocks, or an update with no
+init in the program); a barrier needed under thread-dependent control flow.  For a
+cross-thread reduction: its reduce loop bound to threadIdx.y/z, more than one bound reduce
+loop, a GPU-bound loop inside its reduce loops, a threadIdx.x loop around it, a
+non-constant thread count or spatial extent inside the reduce loops, an update that is not
+a sum/prod/max/min of the element, or several outputs.
 """
 
 from __future__ import annotations
@@ -47,7 +62,7 @@ from typing import Any
 from scheduler_core.base.errors import LoweringError
 from scheduler_core.base.target import Target
 from scheduler_core.ir import tir as T
-from scheduler_core.ir.expr import BufferLoad, CmpOp, Expr, IntImm, Var, dtype_bits
+from scheduler_core.ir.expr import BinaryOp, BufferLoad, CmpOp, Expr, IntImm, Var, dtype_bits
 from scheduler_core.ir.expr_functor import free_vars, structural_equal, substitute, walk
 from scheduler_core.ir.simplify import const_value, simplify
 
@@ -55,6 +70,9 @@ BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 GPU_TAGS = BLOCK_TAGS + THREAD_TAGS
 KERNEL_ANNOTATION = "kernel"  # For.annotations key on a kernel's outermost loop: its launch name
+# For.annotations key (removed before the kernel is returned) of a loop whose iterations
+# access disjoint parts of the shared buffers: no barrier at its back edge.
+_DISJOINT = "gpu_lowering.disjoint_iterations"
 
 
 # ---------------------------------------------------------------------------
@@ -165,6 +183,303 @@ def _launch_value(e: Expr) -> int | str:
 
 
 # ---------------------------------------------------------------------------
+# Reductions across threadIdx.x: TVM's thread allreduce
+# ---------------------------------------------------------------------------
+
+_COMBINERS = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
+
+
+@dataclass
+class _XUpdate:
+    """A read-modify-write ``X[I] = X[I] op v`` inside a thread loop whose variable ``I``
+    does not use: every thread of the loop updates the same element."""
+
+    store: T.Store
+    path: list  # the statements from the searched statement down to the store's parent
+    threads: list  # the thread-bound loops on the path whose variable the index does not use
+
+
+def _flat(s: T.Stmt) -> list:
+    if isinstance(s, T.SeqStmt):
+        return [x for c in s.seq for x in _flat(c)]
+    return [s]
+
+
+def _rmw(s: T.Store) -> bool:
+    return any(ld.buffer is s.buffer and structural_equal(ld.index, s.index) for ld in _loads(s.value))
+
+
+def _xupdates(s: T.Stmt) -> list:
+    """The cross-thread updates inside ``s`` (a buffer allocated below a thread loop is that
+    thread's own: its updates are not cross-thread)."""
+    out: list = []
+
+    def go(n: T.Stmt, path: list) -> None:
+        if isinstance(n, T.Store):
+            if _rmw(n):
+                used = {id(v) for v in free_vars(n.index)}
+                threads: list = []
+                for a in path:
+                    if isinstance(a, T.Allocate) and a.buffer is n.buffer:
+                        threads = []
+                    elif isinstance(a, T.For) and a.kind in THREAD_TAGS and id(a.loop_var) not in used:
+                        threads.append(a)
+                if threads:
+                    out.append(_XUpdate(n, path, threads))
+            return
+        for c in T.stmt_children(n):
+            go(c, path + [n])
+
+    go(s, [])
+    return out
+
+
+def _find_init(elems: list, j: int, buf: T.Buffer, index: Expr) -> int | None:
+    """The position before ``j`` of the element holding the reduction's init ``buf[index] = v``."""
+    for i in range(j - 1, -1, -1):
+        for n in T.walk_stmts(elems[i]):
+            if (isinstance(n, T.Store) and n.buffer is buf and structural_equal(n.index, index)
+                    and not any(ld.buffer is buf for ld in _loads(n.value))):
+                return i
+    return None
+
+
+def _reduction_regions(elems: list) -> list:
+    """``(i, j)`` for each cross-thread reduction of a statement sequence: its init in
+    ``elems[i]`` and its update (inside a thread loop) in ``elems[j]``, non-overlapping."""
+    out: list = []
+    start = 0
+    for j, c in enumerate(elems):
+        ups = _xupdates(c) if _has_gpu_loop(c) else []
+        if not ups:
+            continue
+        i = _find_init(elems, j, ups[0].store.buffer, ups[0].store.index)
+        if i is not None and i >= start:
+            out.append((i, j))
+            start = j + 1
+    return out
+
+
+def _replace_stmt(s: T.Stmt, old: T.Stmt, new: T.Stmt) -> T.Stmt:
+    """``s`` with the statement ``old`` (by identity) replaced by ``new``."""
+    if s is old:
+        return new
+    if isinstance(s, T.SeqStmt):
+        return T.SeqStmt(tuple(_replace_stmt(c, old, new) for c in s.seq))
+    if isinstance(s, T.IfThenElse):
+        other = None if s.else_case is None else _replace_stmt(s.else_case, old, new)
+        return replace(s, then_case=_replace_stmt(s.then_case, old, new), else_case=other)
+    if isinstance(s, (T.For, T.Allocate, T.LetStmt)):
+        return replace(s, body=_replace_stmt(s.body, old, new))
+    return s
+
+
+def _linear(loops: list) -> tuple:
+    """``(sum (v - min) * stride, product of extents)`` of constant-extent loops, outer first."""
+    index: Expr = IntImm(0)
+    total = 1
+    for lp in loops:
+        ext = const_value(lp.extent)
+        assert isinstance(ext, int)
+        index = index * ext + (lp.loop_var - lp.min)
+        total *= ext
+    return simplify(index), total
+
+
+class _ThreadAllReduce:
+    """Rewrites each reduction whose reduce loop is bound to threadIdx.x (Ansor's
+    RuleCrossThreadReduction) into TVM's thread allreduce, before the kernel is built:
+
+        P[p] = identity                        # local: one partial per thread and element
+        ... the reduce loops, X[I] = X[I] op v now P[p] = P[p] op v ...
+        for t in E "threadIdx.x": R[(s*n + p)*E + t] = P[p]      # shared: a slot per thread
+        for t in min(w, E - w) "threadIdx.x":                    # w = W/2, W/4, ..., 1
+            R[(s*n + p)*E + t] = R[..t] op R[..t + w]             #   (W: E padded to a power of 2)
+        X[I] = R[(s*n + p)*E]     # where the init stored; by every thread for a local X
+                                  # (each holds the result), by thread 0 otherwise
+
+    (``p``: the element among the ``n`` spatial elements the reduction's loops compute,
+    ``s``: the enclosing threadIdx.y/z slot; ``E``: the threadIdx.x loop's extent).  The
+    thread loops are then rewritten like any other (guards for the smaller ones) and the
+    barrier planner puts a ``Barrier()`` between the steps and before ``R`` is reused."""
+
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        self.partials: set = set()  # the local partial buffers (written in thread loops by design)
+        self.names: set = set()
+
+    def rewrite(self, s: T.Stmt, ctx: list) -> T.Stmt:
+        """``ctx``: the loops of the kernel enclosing ``s``."""
+        if isinstance(s, T.SeqStmt):
+            elems = _flat(s)
+            regions = _reduction_regions(elems)
+            out: list = []
+            k = 0
+            for i, j in regions:
+                out.extend(self.rewrite(c, ctx) for c in elems[k:i])
+                out.append(self.region(elems[i:j + 1], ctx))
+                k = j + 1
+            out.extend(self.rewrite(c, ctx) for c in elems[k:])
+            return T.seq(*out)
+        if isinstance(s, T.For):
+            return replace(s, body=self.rewrite(s.body, ctx + [s]))
+        if isinstance(s, T.IfThenElse):
+            other = None if s.else_case is None else self.rewrite(s.else_case, ctx)
+            return replace(s, then_case=self.rewrite(s.then_case, ctx), else_case=other)
+        if isinstance(s, (T.Allocate, T.LetStmt)):
+            return replace(s, body=self.rewrite(s.body, ctx))
+        return s
+
+    def _name(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.names:
+            name, n = f"{base}{n}", n + 1
+        self.names.add(name)
+        return name
+
+    def region(self, elems: list, ctx: list) -> T.Stmt:
+        """The allreduce of the reduction whose init is in ``elems[0]`` and update in ``elems[-1]``."""
+        init_elem, main = elems[0], elems[-1]
+        ups = _xupdates(main)
+        up = ups[0]
+        X, index = up.store.buffer, up.store.index
+        what = f"{self.kernel}: stage {X.name} (a reduction across threadIdx.x)"
+        others = sorted({u.store.buffer.name for u in ups if u.store.buffer is not X})
+        if others:
+            raise LoweringError(f"{what}: its reduce loops also update {', '.join(others)} across threads; "
+                                f"a cross-thread reduction of several outputs is not supported")
+        if len(ups) != 1:
+            raise LoweringError(f"{what}: {len(ups)} update stores of {X.name} in its reduce loops; "
+                                f"a cross-thread reduction needs exactly one")
+        store = up.store
+        if store.predicate is not None:
+            raise LoweringError(f"{what}: a predicated (vector) update is not supported")
+        bound = up.threads
+        if len(bound) > 1:
+            loops = ", ".join(f"{lp.loop_var.name} ({lp.kind})" for lp in bound)
+            raise LoweringError(f"{what}: the reduce loops {loops} are all bound to threads; a cross-thread "
+                                f"reduction over more than one bound loop is not supported (bind one)")
+        (red_loop,) = bound
+        if red_loop.kind != "threadIdx.x":
+            raise LoweringError(f"{what}: its reduce loop {red_loop.loop_var.name} is bound to {red_loop.kind}; "
+                                f"a cross-thread reduction is supported on threadIdx.x only")
+        used = {id(v) for v in free_vars(index)}
+        spatial: list = []
+        for lp in up.path:
+            if not isinstance(lp, T.For) or lp is red_loop:
+                continue
+            if lp.kind in GPU_TAGS:
+                raise LoweringError(f"{what}: loop {lp.loop_var.name} bound to {lp.kind} inside its reduce loops "
+                                    f"is not supported (bind only the spatial loops outside them)")
+            if id(lp.loop_var) in used:
+                if not (isinstance(const_value(lp.extent), int) and isinstance(const_value(lp.min), int)):
+                    raise LoweringError(f"{what}: its spatial loop {lp.loop_var.name} inside the reduce loops "
+                                        f"has the extent {T.expr_str(lp.extent)}, not a constant")
+                spatial.append(lp)
+        slots: list = []
+        for lp in ctx:
+            if lp.kind == "threadIdx.x":
+                raise LoweringError(f"{what}: it is computed inside loop {lp.loop_var.name} bound to threadIdx.x, "
+                                    f"and its reduce loop {red_loop.loop_var.name} is bound to threadIdx.x too")
+            if lp.kind in THREAD_TAGS:
+                if not isinstance(const_value(lp.extent), int):
+                    raise LoweringError(f"{what}: the enclosing loop {lp.loop_var.name} bound to {lp.kind} has "
+                                        f"the extent {T.expr_str(lp.extent)}, not a constant")
+                slots.append(lp)
+        E = const_value(red_loop.extent)
+        if not isinstance(E, int):
+            raise LoweringError(f"{what}: its reduce loop {red_loop.loop_var.name} bound to threadIdx.x has the "
+                                f"extent {T.expr_str(red_loop.extent)}, not a constant")
+        value = store.value
+        if not (isinstance(value, BinaryOp) and value.op in _COMBINERS):
+            raise LoweringError(f"{what}: its update {T.expr_str(value)} is not a sum, product, max or min")
+        cur_first = isinstance(value.a, BufferLoad) and value.a.buffer is X and structural_equal(value.a.index, index)
+        cur_second = isinstance(value.b, BufferLoad) and value.b.buffer is X and structural_equal(value.b.index, index)
+        src = value.b if cur_first else value.a
+        if not (cur_first or cur_second) or any(ld.buffer is X for ld in _loads(src)):
+            raise LoweringError(f"{what}: its update {T.expr_str(value)} is not {X.name}[...] combined with a value")
+
+        def combine(a: Expr, b: Expr) -> Expr:
+            return BinaryOp(value.op, a, b, value.dtype)
+
+        # the init: a nest of loops and conditions around the one store of the identity
+        inits = [n for n in T.walk_stmts(init_elem) if isinstance(n, T.Store)]
+        init = inits[0] if len(inits) == 1 else None
+        if init is None or init.buffer is not X or not structural_equal(init.index, index) or any(
+                isinstance(n, (T.Allocate, T.Barrier, T.Evaluate)) for n in T.walk_stmts(init_elem)):
+            raise LoweringError(f"{what}: its init is not a loop nest storing the identity into {X.name}")
+        init_loops = [n for n in T.walk_stmts(init_elem) if isinstance(n, T.For)]
+        for lp in init_loops:
+            if lp.kind in GPU_TAGS:
+                raise LoweringError(f"{what}: its init loop {lp.loop_var.name} is bound to {lp.kind} (inside the "
+                                    f"reduce loops): not supported")
+        bound_vars = {id(lp.loop_var) for lp in init_loops}
+        for lp in spatial:
+            if id(lp.loop_var) not in bound_vars:
+                raise LoweringError(f"{what}: its spatial loop {lp.loop_var.name} is not a loop of its init")
+
+        p_index, n_elem = _linear(spatial)
+        s_index, n_slot = _linear(slots)
+        width = 1
+        while width < E:
+            width *= 2
+        partial = T.Buffer(self._name(f"{X.name}.red_local"), X.dtype, (IntImm(n_elem),), "local")
+        shared = T.Buffer(self._name(f"{X.name}.red_shared"), X.dtype, (IntImm(n_slot * n_elem * E),), "shared")
+        self.partials.add(partial)
+
+        def slot(q: Expr, t: Expr) -> Expr:
+            return simplify((s_index * n_elem + q) * E + t)
+
+        def over_elements(body: Callable[[Expr], T.Stmt]) -> T.Stmt:
+            if n_elem == 1:
+                return body(IntImm(0))
+            q = Var("red.e", "int32")
+            return T.For(q, IntImm(0), IntImm(n_elem), "serial", body(q), {_DISJOINT: True})
+
+        def threads(extent: int, body: Callable[[Expr], T.Stmt]) -> T.Stmt:
+            t = Var("red.t", "int32")
+            return T.For(t, IntImm(0), IntImm(extent), "threadIdx.x", body(t))
+
+        p_load = BufferLoad(partial, p_index, X.dtype)
+        new_value = combine(p_load, src) if cur_first else combine(src, p_load)
+        parts: list = [over_elements(lambda q: T.Store(partial, q, init.value))]
+        parts.extend(elems[1:-1])
+        parts.append(_replace_stmt(main, store, T.Store(partial, p_index, new_value)))
+        parts.append(threads(E, lambda t: over_elements(
+            lambda q: T.Store(shared, slot(q, t), BufferLoad(partial, q, X.dtype)))))
+        w = width // 2
+        while w >= 1:
+            def step(t: Expr, w: int = w) -> T.Stmt:
+                return over_elements(lambda q: T.Store(shared, slot(q, t), combine(
+                    BufferLoad(shared, slot(q, t), X.dtype), BufferLoad(shared, slot(q, t + w), X.dtype))))
+            parts.append(threads(min(w, E - w), step))
+            w //= 2
+        final = _replace_stmt(init_elem, init, T.Store(X, index, BufferLoad(shared, slot(p_index, IntImm(0)),
+                                                                             X.dtype)))
+        final = _serial_loops(final)
+        if X.scope != "local":  # thread 0 writes the result; a local X is every thread's own
+            written = final
+            final = threads(1, lambda t: written)
+        parts.append(final)
+        return T.Allocate(shared, T.Allocate(partial, T.seq(*parts)))
+
+
+def _serial_loops(s: T.Stmt) -> T.Stmt:
+    """``s`` with its vectorized loops serial (the final stores read shared memory)."""
+    if isinstance(s, T.For):
+        kind = "serial" if s.kind == "vectorized" else s.kind
+        return replace(s, kind=kind, body=_serial_loops(s.body))
+    if isinstance(s, T.SeqStmt):
+        return T.SeqStmt(tuple(_serial_loops(c) for c in s.seq))
+    if isinstance(s, T.IfThenElse):
+        other = None if s.else_case is None else _serial_loops(s.else_case)
+        return replace(s, then_case=_serial_loops(s.then_case), else_case=other)
+    if isinstance(s, (T.Allocate, T.LetStmt)):
+        return replace(s, body=_serial_loops(s.body))
+    return s
+
+
+# ---------------------------------------------------------------------------
 # One kernel
 # ---------------------------------------------------------------------------
 
@@ -185,6 +500,7 @@ class _Kernel:
         self.tags: dict = {}  # tag -> _TagInfo
         self.launch_vars: dict = {}  # tag -> Var
         self.shared: list = []  # hoisted shared buffers, in program order
+        self.partials: set = set()  # the per-thread partials of cross-thread reductions
 
     # -- analysis ------------------------------------------------------------
     def collect(self) -> None:
@@ -254,7 +570,7 @@ class _Kernel:
                 raise LoweringError(f"global buffer {s.buffer.name} is allocated inside a kernel")
             if s.buffer.scope == "local":
                 local_allocs = {**local_allocs, s.buffer: frozenset(t for t in outer if t in THREAD_TAGS)}
-        if isinstance(s, T.Store) and s.buffer in local_allocs:
+        if isinstance(s, T.Store) and s.buffer in local_allocs and s.buffer not in self.partials:
             inner = {t for t in outer if t in THREAD_TAGS} - local_allocs[s.buffer]
             if inner:
                 tag = sorted(inner)[0]
@@ -314,6 +630,9 @@ class _Kernel:
     # -- assembly ----------------------------------------------------------------
     def build(self) -> tuple:
         """``(kernel statement, launch description)``."""
+        allreduce = _ThreadAllReduce(self.name)
+        self.root = allreduce.rewrite(self.root, [])
+        self.partials = allreduce.partials
         self.collect()
         body = self.per_thread()
         if not self.tags:  # no GPU binding: one thread of one block
@@ -329,6 +648,9 @@ class _Kernel:
         for tag in THREAD_TAGS:
             if tag in self.tags:
                 body = T.For(self.launch_vars[tag], IntImm(0), self.tags[tag].extent, tag, body)
+        if self.shared and not any(t in self.tags for t in BLOCK_TAGS):  # one block holds the shared memory
+            self.tags["blockIdx.x"] = _TagInfo(extent=IntImm(1))
+            self.launch_vars["blockIdx.x"] = Var("blockIdx.x", "int32")
         for buf in reversed(self.shared):
             body = T.Allocate(buf, body)
         for tag in BLOCK_TAGS:
@@ -518,7 +840,7 @@ class _Barriers:
             body, p1 = self._plan(s.body, pend)
             trips = const_value(s.extent)
             runs = isinstance(trips, int) and trips > 0
-            if p1.conflicts(_head(body)[0]):
+            if p1.conflicts(_head(body)[0]) and not s.annotations.get(_DISJOINT):
                 return replace(s, body=T.seq(body, T.Barrier())), (_EMPTY if runs else pend)
             return replace(s, body=body), (p1 if runs else p1 | pend)
         if isinstance(s, T.IfThenElse):
@@ -573,6 +895,8 @@ def _sink_guards(s: T.Stmt, uniform: _Uniform) -> T.Stmt:
         other = None if s.else_case is None else _sink_guards(s.else_case, uniform)
         return replace(s, then_case=_sink_guards(s.then_case, uniform), else_case=other)
     assert isinstance(s, (T.For, T.Allocate, T.LetStmt))
+    if isinstance(s, T.For) and _DISJOINT in s.annotations:
+        s = replace(s, annotations={k: v for k, v in s.annotations.items() if k != _DISJOINT})
     return replace(s, body=_sink_guards(kids[0], uniform))
 
 
@@ -619,7 +943,16 @@ class _Host:
         if isinstance(s, T.For) and s.kind in GPU_TAGS:
             return self.kernel(s, host_vars)
         if isinstance(s, T.SeqStmt):
-            return T.SeqStmt(tuple(self.visit(c, host_vars) for c in s.seq))
+            # a cross-thread reduction whose init is host code (a zero-rank output) is one kernel
+            elems = _flat(s)
+            out: list = []
+            k = 0
+            for i, j in _reduction_regions(elems):
+                out.extend(self.visit(c, host_vars) for c in elems[k:i])
+                out.append(self.kernel(T.seq(*elems[i:j + 1]), host_vars))
+                k = j + 1
+            out.extend(self.visit(c, host_vars) for c in elems[k:])
+            return T.SeqStmt(tuple(out))
         if isinstance(s, T.Allocate) and s.buffer.scope == "global":
             return replace(s, body=self.visit(s.body, host_vars))
         if not _has_gpu_loop(s):

@@ -393,3 +393,123 @@ ALL_CASES = {
 
 
 __all__ = ["GpuCase", "ALL_CASES", *ALL_CASES]
+
+
+# --------------------------------------------------------------------- cross-thread reductions
+# A reduce loop bound to threadIdx.x (Ansor's RuleCrossThreadReduction): lowered as TVM's
+# thread allreduce (per-thread partials, a shared slot per thread, a tree reduction with
+# barriers, the result stored by thread 0 -- or kept by every thread for a local buffer).
+
+def _reduce_rows(combiner: str, m: int, n: int):
+    A = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((m,), lambda i: getattr(te, combiner)(A[i, k], axis=k), name="B")
+    return A, k, B
+
+
+_NP_REDUCE = {"sum": np.sum, "min": np.min, "max": np.max, "prod": np.prod}
+
+
+def row_reduce_cross_thread(combiner: str = "sum", m: int = 6, n: int = 100, threads: int = 32,
+                            rows_per_block: int = 1, rows_inside: bool = False,
+                            rows_on_threads_y: bool = False) -> GpuCase:
+    """``B[i] = combiner_k A[i, k]``, rows on blockIdx.x, k split by ``threads`` with the inner
+    part on threadIdx.x (a non-power-of-two ``threads`` pads the tree; ``n`` not a multiple of
+    ``threads`` guards the tail).  ``rows_per_block`` > 1 splits the rows: the inner part is a
+    serial loop around the reduce loops, or inside them (``rows_inside``: one partial per row
+    and thread), or bound to threadIdx.y (``rows_on_threads_y``: a slot row per y)."""
+    A, k, B = _reduce_rows(combiner, m, n)
+    s = te.create_schedule(B.op)
+    (i,) = s[B].op.axis
+    ko, ki = s[B].split(k, factor=threads)
+    if rows_per_block == 1:
+        s[B].bind(i, te.thread_axis("blockIdx.x"))
+    else:
+        io, ii = s[B].split(i, factor=rows_per_block)
+        s[B].bind(io, te.thread_axis("blockIdx.x"))
+        if rows_inside:
+            s[B].reorder(io, ko, ii, ki)
+        elif rows_on_threads_y:
+            s[B].bind(ii, te.thread_axis("threadIdx.y"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+
+    def make(rng):
+        return [_uniform(rng, (m, n)), np.zeros(m, "float32")]
+
+    return GpuCase(f"row_{combiner}_xthread", s, [A, B], make,
+                   lambda a: [_NP_REDUCE[combiner](a[0], axis=1)], (1,), rtol=1e-5, atol=1e-5)
+
+
+def softmax_cross_thread(m: int = 4, n: int = 100, red_threads: int = 32, threads: int = 64) -> GpuCase:
+    """Row softmax: ``exp`` inlined, rows on blockIdx.x, softmax's columns split by
+    ``threads`` (threadIdx.x); row_max and row_sum computed at the row loop, each with its
+    reduce axis split by ``red_threads`` on threadIdx.x (fewer than the block: guarded).
+    Both reduced values are local: every thread keeps the result for the division."""
+    A = te.placeholder((m, n), name="A")
+    k1 = te.reduce_axis((0, n), name="k1")
+    mx = te.compute((m,), lambda i: te.max(A[i, k1], axis=k1), name="row_max")
+    e = te.compute((m, n), lambda i, j: te.exp(A[i, j] - mx[i]), name="exp")
+    k2 = te.reduce_axis((0, n), name="k2")
+    sm = te.compute((m,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
+    out = te.compute((m, n), lambda i, j: e[i, j] / sm[i], name="softmax")
+    s = te.create_schedule(out.op)
+    s[e].compute_inline()
+    i, j = s[out].op.axis
+    s[out].bind(i, te.thread_axis("blockIdx.x"))
+    _, ji = s[out].split(j, factor=threads)
+    s[out].bind(ji, te.thread_axis("threadIdx.x"))
+    for R in (sm, mx):  # row_sum first: row_max's consumer must be there before it
+        s[R].compute_at(s[out], i)
+        _, ki = s[R].split(s[R].op.reduce_axis[0], factor=red_threads)
+        s[R].bind(ki, te.thread_axis("threadIdx.x"))
+
+    def make(rng):
+        return [_uniform(rng, (m, n)) * 4, np.zeros((m, n), "float32")]
+
+    def ref(a):
+        x = np.exp(a[0] - a[0].max(axis=1, keepdims=True))
+        return [x / x.sum(axis=1, keepdims=True)]
+
+    return GpuCase("softmax_xthread", s, [A, out], make, ref, (1,), rtol=1e-5, atol=1e-6)
+
+
+def zero_rank_sum_cross_thread(n: int = 200, threads: int = 32) -> GpuCase:
+    """``B[] = sum_k A[k]``: no spatial loop, k split by ``threads`` on threadIdx.x; the
+    init is host-level code, so init and reduce make one kernel (one block)."""
+    A = te.placeholder((n,), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((), lambda: te.sum(A[k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    _, ki = s[B].split(k, factor=threads)
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+
+    def make(rng):
+        return [_uniform(rng, n), np.zeros((), "float32")]
+
+    return GpuCase("zero_rank_xthread", s, [A, B], make, lambda a: [np.asarray(a[0].sum(), "float32")], (1,),
+                   rtol=1e-5, atol=1e-5)
+
+
+def matmul_small_cross_thread(M: int = 8, N: int = 8, K: int = 1024, threads: int = 32) -> GpuCase:
+    """``C = A @ B`` with a small output: i, j fused on blockIdx.x, k split by ``threads``
+    with k.1 on threadIdx.x (TVM's cross-thread-reduction sketch of matmul 8x8x1024)."""
+    A, B, C = _matmul_compute(M, N, K)
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*s[C].op.axis)
+    s[C].bind(f, te.thread_axis("blockIdx.x"))
+    _, ki = s[C].split(s[C].op.reduce_axis[0], factor=threads)
+    s[C].bind(ki, te.thread_axis("threadIdx.x"))
+    return GpuCase("matmul_xthread", s, [A, B, C], _matmul_make(M, N, K), lambda a: [a[0] @ a[1]], (2,),
+                   rtol=1e-4, atol=1e-4)
+
+
+CROSS_THREAD_CASES = {
+    "row_sum_cross_thread": row_reduce_cross_thread,
+    "row_min_cross_thread_100": lambda: row_reduce_cross_thread("min", threads=100, n=250),
+    "softmax_cross_thread": softmax_cross_thread,
+    "zero_rank_sum_cross_thread": zero_rank_sum_cross_thread,
+    "matmul_small_cross_thread": matmul_small_cross_thread,
+}
+ALL_CASES.update(CROSS_THREAD_CASES)
+__all__ += ["CROSS_THREAD_CASES", "row_reduce_cross_thread", "softmax_cross_thread",
+            "zero_rank_sum_cross_thread", "matmul_small_cross_thread"]

@@ -12,11 +12,10 @@ zero-rank sum; small shapes, so emulating every block and thread is fast) is a C
 that nvcc accepts, that a GPU of the target could launch, and that computes what the
 numpy reference evaluator computes (rtol 1e-4, atol 1e-5), with no shared-memory race.
 
-A state the GPU lowering refuses with a LoweringError for a reduction across GPU threads
-(the cross-thread-reduction sketches: ``RuleCrossThreadReduction``) is counted and reported
-as an expected failure (its support is being added to ``lowering/gpu.py``); any other error,
-an invalid program, or a wrong number fails.  A test whose states all pass except such
-refusals ends ``xfail`` naming how many; once the lowering handles them, they pass.
+The cross-thread-reduction sketches (``RuleCrossThreadReduction``) are lowered as a thread
+allreduce through shared memory (``lowering/gpu.py``); a state the lowering refuses for a
+reduction across GPU threads is counted apart in the table and fails like any other error,
+an invalid program, or a wrong number.
 
 Fast tier: a few states per DAG.  ``slow``: more states, more seeds, more mutations.
 ``python tests/scheduler_core/gpu/test_sampled_gpu_states.py [n_init n_mut]`` prints the
@@ -214,15 +213,15 @@ def _describe(name: str, sample: Sample, what: str) -> str:
 
 
 def _finish(name: str, s: Sweep, failures: list, what: str) -> None:
-    """Fail on ``failures``; xfail when cross-thread refusals are all that is left."""
+    """Fail on ``failures`` and on states refused for a cross-thread reduction."""
     if failures:
         pytest.fail(f"{len(failures)} sampled state(s) of {name} failed ({dict(s.counts)}):\n"
                     + "\n".join(failures[:8]), pytrace=False)
     refused = [x for x in s.samples if x.refused]
     if refused:
-        pytest.xfail(f"{len(refused)} of {len(s.samples)} sampled states of {name} are refused by the GPU "
-                     f"lowering for a cross-thread reduction (support in progress; the other "
-                     f"{len(s.samples) - len(refused)} {what}); first: {refused[0].error[:300]}")
+        pytest.fail(f"{len(refused)} of {len(s.samples)} sampled states of {name} are refused by the GPU "
+                    f"lowering for a cross-thread reduction (the other {len(s.samples) - len(refused)} {what}); "
+                    f"first: {refused[0].error[:300]}", pytrace=False)
 
 
 def check_emulation(name: str, n_init: int, n_mut: int, seed: int) -> None:
