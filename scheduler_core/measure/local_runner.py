@@ -29,7 +29,9 @@ taking the machine's memory) and a CPU-time bound per run (RLIMIT_CPU,
 
 A ``cuda`` task is measured on CUDA device 0 (:func:`run_cuda_in_worker`): the worker
 rebuilds the program's launch description from the input's steps
-(``local_builder.cuda_module_from_steps``), loads the builder's cubin, copies the inputs to
+(``local_builder.cuda_module_from_steps``), checks it against the limits the device itself
+reports (``cuda_driver.device_hardware_params``: a program the target allowed but this GPU
+cannot launch is an INSTANTIATION_ERROR, never launched), loads the builder's cubin, copies the inputs to
 the GPU and times ``CudaModule.time_evaluator`` (CUDA events); with ``check_correctness``
 the outputs are compared as above first.  It runs in a second worker without the
 address-space limit (the CUDA driver reserves far more virtual memory than it uses).  Where
@@ -52,8 +54,10 @@ import numpy as np
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.reference import evaluate
 from scheduler_core.dag.tensor import PlaceholderOp
+from scheduler_core.driver.gpu_validity import gpu_program_problems
 from scheduler_core.ir.simplify import const_value
 from scheduler_core.runtime import load_module, ndarray
+from scheduler_core.runtime.cuda_driver import device_hardware_params
 from scheduler_core.runtime.device import cuda, cuda_unavailable_reason
 from scheduler_core.runtime.timer import check_timing_args
 
@@ -437,6 +441,11 @@ def run_cuda_in_worker(dag_json: str, target: str, records: list, cubin_path: st
         with open(cubin_path, "rb") as f:
             cubin = f.read()
         module = cuda_module_from_steps(cached_task(dag_json, target), records, cubin=cubin)
+        # The builder checked the target's limits; the device itself may allow less.
+        problems = gpu_program_problems(module, target, device_hardware_params(0), registers=False)
+        if problems:
+            return (int(MeasureErrorNo.INSTANTIATION_ERROR),
+                    "InvalidGpuProgramError: not launched: " + "; ".join(p[4] for p in problems), ())
         dev = cuda(0)
         inputs, expected = _cached_data(specs, data_file)
         outputs = empty_outputs(specs)

@@ -1,6 +1,8 @@
 """The CUDA device path through pycuda: device memory, module load, kernel launch, CUDA-event timing.
 
     numpy array --to_device--> DeviceBuffer (device memory, shape, dtype) --.get()--> numpy array
+    device_attributes(index) -> {name, compute_version, max_threads_per_block, ...}
+    device_hardware_params(index) -> HardwareParams of the device itself
     PTX or cubin bytes --load_kernels--> {kernel name: pycuda Function}
     launch(functions, symbol, args, grid, block)    one kernel launch
     time_launches(...) -> seconds per call, measured with CUDA events
@@ -18,6 +20,7 @@ share the GPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core.base.errors import DeviceRuntimeError
+from scheduler_core.base.target import HardwareParams, Target
 
 _LOCK = threading.Lock()
 _CONTEXTS: dict[int, Any] = {}
@@ -67,6 +71,62 @@ def device_name(index: int = 0) -> tuple[str, str]:
         dev = drv.Device(index)
         major, minor = dev.compute_capability()
         return dev.name(), f"sm_{major}{minor}"
+
+
+# TVM's Device attribute names -> the CUDA driver's device attribute (pycuda.driver.device_attribute).
+_ATTRIBUTES = {
+    "max_threads_per_block": "MAX_THREADS_PER_BLOCK",
+    "warp_size": "WARP_SIZE",
+    "max_shared_memory_per_block": "MAX_SHARED_MEMORY_PER_BLOCK",
+    "max_shared_memory_per_block_optin": "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+    "max_registers_per_block": "MAX_REGISTERS_PER_BLOCK",
+    "multi_processor_count": "MULTIPROCESSOR_COUNT",
+    "max_block_dim_x": "MAX_BLOCK_DIM_X",
+    "max_block_dim_y": "MAX_BLOCK_DIM_Y",
+    "max_block_dim_z": "MAX_BLOCK_DIM_Z",
+    "max_grid_dim_x": "MAX_GRID_DIM_X",
+    "clock_rate_khz": "CLOCK_RATE",
+}
+
+
+def device_attributes(index: int = 0) -> dict[str, Any]:
+    """What CUDA device ``index`` reports of itself (TVM's ``Device`` attributes).
+
+    Keys: ``device_name`` (str), ``compute_version`` (``"9.0"``), ``arch`` (``"sm_90"``),
+    ``total_memory`` (bytes) and the ints of ``_ATTRIBUTES``: ``max_threads_per_block``,
+    ``warp_size``, ``max_shared_memory_per_block`` (bytes, static),
+    ``max_shared_memory_per_block_optin`` (bytes, dynamic with opt-in; 0 where the driver
+    does not report it), ``max_registers_per_block``, ``multi_processor_count``, the block
+    and grid dimension limits, ``clock_rate_khz``.  Raises DeviceRuntimeError without a device.
+    """
+    with device_context(index) as drv:
+        dev = drv.Device(index)
+        major, minor = dev.compute_capability()
+        out: dict[str, Any] = {"device_name": dev.name(), "compute_version": f"{major}.{minor}",
+                               "arch": f"sm_{major}{minor}", "total_memory": int(dev.total_memory())}
+        for key, attr in _ATTRIBUTES.items():
+            code = getattr(drv.device_attribute, attr, None)
+            out[key] = int(dev.get_attribute(code)) if code is not None else 0
+        return out
+
+
+def device_hardware_params(index: int = 0) -> HardwareParams:
+    """The HardwareParams of CUDA device ``index`` as the device reports them (TVM's default
+    hardware parameters of a cuda target, which it queries from device 0): the limits of
+    ``cuda -arch=<its arch>`` with threads, shared memory, registers and warp size replaced
+    by the device's own; ``max_vthread_extent`` = warp size / 4 as Ansor.  Raises
+    DeviceRuntimeError without a device."""
+    a = device_attributes(index)
+    base = HardwareParams.for_target(Target.parse(f"cuda -arch={a['arch']}"))
+    return dataclasses.replace(
+        base,
+        max_threads_per_block=a["max_threads_per_block"] or base.max_threads_per_block,
+        max_shared_memory_per_block=a["max_shared_memory_per_block"] or base.max_shared_memory_per_block,
+        max_dynamic_shared_memory_per_block=(a["max_shared_memory_per_block_optin"]
+                                             or base.max_dynamic_shared_memory_per_block),
+        registers_per_block=a["max_registers_per_block"] or base.registers_per_block,
+        warp_size=a["warp_size"] or base.warp_size,
+        max_vthread_extent=max(1, (a["warp_size"] or base.warp_size) // 4))
 
 
 class DeviceBuffer:

@@ -21,7 +21,7 @@ from functools import cache
 
 from scheduler_core.base.errors import DeviceRuntimeError
 
-from .cuda_driver import device_context  # pycuda loads only when a CUDA device is used
+from .cuda_driver import device_attributes, device_context  # pycuda loads only when a CUDA device is used
 
 DEVICE_KINDS = ("cpu", "cuda")
 # DLPack device type codes, as TVM reports them in ``Device.device_type``.
@@ -85,6 +85,47 @@ class Device:
         if self.kind == "cuda":
             with device_context(self.index) as drv:
                 drv.Context.synchronize()
+
+    def _attribute(self, key: str):
+        if self.kind == "cpu":
+            raise DeviceRuntimeError(f"{key} is a CUDA device attribute; {self} has none")
+        self.check_usable()
+        return device_attributes(self.index)[key]
+
+    @property
+    def device_name(self) -> str:
+        """The GPU's name, e.g. ``"NVIDIA H100 80GB HBM3"`` (DeviceRuntimeError without one)."""
+        return self._attribute("device_name")
+
+    @property
+    def compute_version(self) -> str:
+        """The compute capability as ``"major.minor"``, e.g. ``"9.0"``."""
+        return self._attribute("compute_version")
+
+    @property
+    def max_threads_per_block(self) -> int:
+        """Threads one block may have."""
+        return self._attribute("max_threads_per_block")
+
+    @property
+    def warp_size(self) -> int:
+        """Threads of a warp."""
+        return self._attribute("warp_size")
+
+    @property
+    def max_shared_memory_per_block(self) -> int:
+        """Bytes of static shared memory one block may use."""
+        return self._attribute("max_shared_memory_per_block")
+
+    @property
+    def multi_processor_count(self) -> int:
+        """Streaming multiprocessors of the GPU."""
+        return self._attribute("multi_processor_count")
+
+    @property
+    def total_global_memory(self) -> int:
+        """Bytes of device memory."""
+        return self._attribute("total_memory")
 
     def __str__(self) -> str:
         return f"{self.kind}({self.index})"

@@ -173,3 +173,29 @@ def test_builder_and_runner_measure_on_the_gpu(builder):
     for m in measured:
         assert m.error_no == E.NO_ERROR, m.error_msg
         assert len(m.costs) == 2 and all(0 < c < 1 for c in m.costs)
+
+
+def test_device_attributes_need_a_cuda_device():
+    """sc.cuda(0)'s TVM attributes come from the device; the CPU has none, and without a GPU
+    asking says why."""
+    from scheduler_core.base.errors import DeviceRuntimeError
+    from scheduler_core.runtime.device import cpu, cuda
+
+    with pytest.raises(DeviceRuntimeError, match="CUDA device attribute"):
+        _ = cpu(0).max_threads_per_block
+    if NO_GPU:
+        with pytest.raises(DeviceRuntimeError, match="cannot be used"):
+            _ = cuda(0).max_threads_per_block
+    else:
+        assert cuda(0).max_threads_per_block >= 512 and cuda(0).warp_size == 32
+
+
+@pytest.mark.skipif(bool(NO_GPU), reason=f"no GPU here: {NO_GPU}")
+def test_hardware_params_queried_from_the_device():
+    from scheduler_core.runtime.cuda_driver import device_attributes, device_hardware_params
+
+    attrs = device_attributes(0)
+    hw = device_hardware_params(0)
+    assert hw.max_threads_per_block == attrs["max_threads_per_block"]
+    assert hw.max_shared_memory_per_block == attrs["max_shared_memory_per_block"]
+    assert hw.warp_size == attrs["warp_size"] and hw.max_vthread_extent == attrs["warp_size"] // 4

@@ -1,7 +1,8 @@
 """The seeds' GPU programs with ``tgt = "cuda"``, as users run them (only imports changed).
 
 Seed 004 (vector add bound to blockIdx/threadIdx, its CUDA source printed from
-``fadd.imported_modules[0].get_source()``) and seed 001 (a cumsum scan on cuda).  Where a
+``fadd.imported_modules[0].get_source()``), seed 001 (a cumsum scan on cuda) and seed 003's
+default GPU schedule of RGB->YUV (its AutoTVM template is ``scheduler_core.autotvm``'s).  Where a
 CUDA device and pycuda are present the arrays live on ``tvm.context("cuda", 0)`` as in the
 seeds; elsewhere (CI) the same module runs with CUDA's semantics on the CPU
 (``fadd.emulate``), which is the only change to the seeds' code.
@@ -83,3 +84,40 @@ def test_seed001_cumsum_scan_on_cuda():
     _, b = _run(fscan, a_np, np.zeros((m, n), dtype=s_scan.dtype))
     tvm.testing.assert_allclose(b, np.cumsum(a_np, axis=0))
     assert len(fscan.imported_modules[0].launches) == 2  # the init kernel, then the update per step
+
+
+def test_seed003_rgb_to_yuv_default_gpu_schedule():
+    """Seed 003's ``default_schedule`` with ``target = 'cuda'`` (a smaller image): the image's
+    column axis split by 64 onto blockIdx.x/threadIdx.x, the row loop outside the kernel."""
+    w, h, c = 24, 200, 3
+    target = "cuda"
+    rgb = te.placeholder((w, h, c), name="rgb")
+
+    def rgb2y(i, j, k):
+        return rgb[i, j, 0] * 0.257 + rgb[i, j, 1] * 0.504 + rgb[i, j, 2] * 0.098
+
+    def rgb2u(i, j, k):
+        return rgb[i, j, 0] * -0.148 + rgb[i, j, 1] * -0.291 + rgb[i, j, 2] * 0.439
+
+    def rgb2v(i, j, k):
+        return rgb[i, j, 0] * 0.439 + rgb[i, j, 1] * -0.368 + rgb[i, j, 2] * -0.071
+
+    def rgb2yuv(i, j, k):
+        return te.if_then_else(k == 0, rgb2y(i, j, k), te.if_then_else(k == 1, rgb2u(i, j, k), rgb2v(i, j, k)))
+
+    yuv = te.compute((w, h, c), rgb2yuv, name="yuv")
+    s = te.create_schedule(yuv.op)
+    if target == "opencl" or target == "cuda":
+        bx, tx = s[yuv].split(yuv.op.axis[1], factor=64)
+        s[yuv].bind(bx, te.thread_axis("blockIdx.x"))
+        s[yuv].bind(tx, te.thread_axis("threadIdx.x"))
+    func = tvm.build(s, [rgb, yuv], target=target, name="rgb2yuv")
+    a_np = np.random.uniform(size=(w, h, c)).astype(np.float32)
+    b_np = np.array([[0.257, -0.148, 0.439], [0.504, -0.291, -0.368], [0.098, 0.439, -0.071]]).astype(np.float32)
+    c_np = a_np.dot(b_np)
+    _, got = _run(func, a_np, np.zeros(c_np.shape, dtype=np.float32))
+    tvm.testing.assert_allclose(c_np, got, rtol=1e-3)
+    source = func.imported_modules[0].get_source()
+    assert "blockIdx.x" in source and "threadIdx.x" in source
+    if NO_NVCC is None:
+        assert b".entry rgb2yuv_kernel0" in func.imported_modules[0].ptx()
