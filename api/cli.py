@@ -5,7 +5,8 @@
     autosched serve --port 8000 --workers 2                          # API + RQ workers (supervised)
     autosched submit examples/workloads/softmax.json --trials 64     # against a running server
     autosched status JOB_ID | best TASK_ID | artifact TASK_ID --format so | resume TASK_ID --trials 32
-    autosched records import FILE.jsonl | records export TASK_ID out.jsonl
+    autosched records import FILE.jsonl [--dag DAG.json | --workload MODULE]   # ours or TVM's v0.6 logs
+    autosched records export TASK_ID out.jsonl [--format tvm --dag DAG.json]
 
 The commands call ``workers`` (Redis store, queues, worker processes) and the HTTP
 client; tuning options are the library's TuningOptions (same defaults as the API).
@@ -16,6 +17,8 @@ directory (``--data-dir``, ``AUTOSCHED_DATA_DIR``, else the user's data director
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -28,6 +31,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rq import Worker
 from rq.serializers import JSONSerializer
 
+from scheduler_core.base.errors import RecordFormatError, SchedulerCoreError
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.measure.record import RECORD_FORMATS, RawRecord, parse_line, tvm_line_of
 from scheduler_core.search.tuning_options import FIELDS_BY_NAME
 from workers.best import describe_best
 from workers.job_state import ENDED_STATES, JobState
@@ -246,18 +252,77 @@ def resume(task_id: str, trials: int = typer.Option(32, min=1), server: str = _S
         _print(c.resume(task_id, trials))
 
 
+def _fail(message: str) -> typer.Exit:
+    """Print ``error: message`` as one line on stderr; the Exit(1) to raise."""
+    typer.echo("error: " + " ".join(str(message).split()), err=True)
+    return typer.Exit(1)
+
+
+def _import_workloads(spec: str) -> None:
+    """Import a module (dotted name, or a ``.py`` file) so its ``register_workload`` calls run."""
+    if spec.endswith(".py") or os.path.sep in spec:
+        path = Path(spec)
+        loader_spec = importlib.util.spec_from_file_location(f"autosched_workloads_{path.stem}", path)
+        if loader_spec is None or loader_spec.loader is None or not path.is_file():
+            raise ImportError(f"no Python file {spec}")
+        module = importlib.util.module_from_spec(loader_spec)
+        loader_spec.loader.exec_module(module)
+    else:
+        importlib.import_module(spec)
+
+
+def _read_dag(path: Path) -> ComputeDAG:
+    try:
+        return ComputeDAG.from_json(path.read_text())
+    except (OSError, SchedulerCoreError) as err:
+        raise _fail(f"--dag {path}: {err}") from None
+
+
 @records_app.command("import")
-def records_import(path: Path, url: str | None = _URL) -> None:
-    """Append a record file (RecordToFile's JSON lines) to Redis: DAGs, records, best index."""
-    n = import_record_file(RedisStore(get_connection(url)), path)
+def records_import(
+        path: Path,
+        dag: list[Path] = typer.Option([], "--dag", help="a ComputeDAG JSON file for TVM records (a TVM log has "
+                                       "no DAG lines): it resolves keys [\"<hash>\", shapes...] with its tensor "
+                                       "shapes (repeatable)"),
+        workload: list[str] = typer.Option([], "--workload", help="a Python module (dotted name or .py file) whose "
+                                           "register_workload functions resolve TVM keys [\"name\", args...] "
+                                           "(repeatable)"),
+        url: str | None = _URL) -> None:
+    """Append a record file to Redis: DAGs, records, best index.
+
+    Reads RecordToFile's JSON lines and TVM's auto_scheduler logs ("v": "v0.6", mixed freely);
+    TVM records are stored as ours, under the workload_key of their DAG.
+    """
+    dags = [_read_dag(p) for p in dag]
+    for spec in workload:
+        try:
+            _import_workloads(spec)
+        except Exception as err:  # anything the user's module raises on import
+            raise _fail(f"--workload {spec}: cannot import it: {type(err).__name__}: {err}") from None
+    try:
+        n = import_record_file(RedisStore(get_connection(url)), path, {d.workload_key: d for d in dags}, dags)
+    except (OSError, SchedulerCoreError) as err:
+        raise _fail(str(err)) from None
     typer.echo(f"imported {n} records from {path}")
 
 
 @records_app.command("export")
-def records_export(task_id: str, out: Path, server: str = _SERVER, token: str | None = _TOKEN) -> None:
-    """Write a task's records as JSON lines (the same format as RecordToFile)."""
+def records_export(task_id: str, out: Path,
+                   format: str = typer.Option("autosched", "--format", help="autosched (RecordToFile's lines) or "
+                                              "tvm (TVM's auto_scheduler log lines, v0.6; needs --dag)"),
+                   dag: Path | None = typer.Option(None, "--dag", help="the task's ComputeDAG JSON: --format tvm "
+                                                   "writes its tensor shapes into TVM's workload keys"),
+                   server: str = _SERVER, token: str | None = _TOKEN) -> None:
+    """Write a task's records as JSON lines (RecordToFile's format, or TVM's with --format tvm)."""
+    if format not in RECORD_FORMATS:
+        raise _fail(f"--format {format!r}: the formats are {', '.join(RECORD_FORMATS)}")
+    if format == "tvm" and dag is None:
+        raise _fail("--format tvm needs --dag FILE (the task's ComputeDAG JSON): TVM keys carry its tensor shapes")
+    dag_obj = _read_dag(dag) if dag is not None else None
     parts, offset, page = [], 0, 1000
     with Client(server, token=token) as c:
+        if dag_obj is not None and c.task(task_id)["workload_key"] != dag_obj.workload_key:
+            raise _fail(f"--dag {dag}: its workload_key {dag_obj.workload_key} is not task {task_id}'s")
         while True:
             text = c.records_jsonl(task_id, offset, page)
             lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -265,8 +330,20 @@ def records_export(task_id: str, out: Path, server: str = _SERVER, token: str | 
             if len(lines) < page:
                 break
             offset += page
+    if format == "tvm":
+        try:
+            parts = [tvm_line_of(_record_of(ln, k + 1), dag_obj) for k, ln in enumerate(parts)]
+        except SchedulerCoreError as err:
+            raise _fail(str(err)) from None
     out.write_text("".join(ln + "\n" for ln in parts))
     typer.echo(f"wrote {out}")
+
+
+def _record_of(line: str, lineno: int) -> RawRecord:
+    raw = parse_line(line, lineno)
+    if not isinstance(raw, RawRecord):
+        raise RecordFormatError("not a measurement record", lineno)
+    return raw
 
 
 def main() -> None:

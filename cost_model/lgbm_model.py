@@ -11,7 +11,10 @@ This is TVM's ``XGBModel`` (python/tvm/auto_scheduler/cost_model/xgb_model.py)
 with LightGBM in place of XGBoost: the same normalized-throughput labels, the
 same pack-sum objective (a program's score is the sum of its stores' scores),
 the same warm-up (random scores until ``num_warmup_sample`` measurements) and
-the same retraining throttle (retrain once the data grew by a fifth).  The
+the same retraining throttle (retrain once the data grew by a fifth).  Any batch
+may be added, even one or two measurements or only failures: training waits
+until LightGBM has something to split on, and the previous model (or the
+random warm-up scores) stays meanwhile (see ``update``).  The
 ranking alternative (lambdarank over one vector per state, see ``lgbm_train``)
 is kept when it ranks held-out programs better.
 
@@ -158,6 +161,18 @@ class LGBMModel(CostModel):
 
         inputs: MeasureInput list (``.task`` with ``.workload_key``/``.target``, ``.state``);
         results: MeasureResult list of the same length (``.costs`` seconds, ``.error_no``).
+        Raises CostModelError only when the two lengths differ.
+
+        Any batch is accepted, however small: one or two measurements, or a batch in
+        which every measurement failed.  The measurements are always kept; a retrain
+        happens only once there is something to learn from, i.e. at least two
+        successful states (normalized throughput > 0) and at least one feature that
+        LightGBM can split on (``lgbm_train.splittable_dataset``: it refuses to train on
+        a handful of rows, which it bins into a single bin, or on features that are all
+        alike).  Until then the previous booster is kept: before the first successful
+        training ``predict`` gives seeded random scores (Ansor's warm-up behaviour),
+        afterwards the last trained model's.  A skipped retrain is retried at the next
+        update (the retraining throttle counts only real retrains).
         """
         if len(inputs) != len(results):
             raise CostModelError(f"{len(inputs)} inputs but {len(results)} results")
@@ -177,8 +192,9 @@ class LGBMModel(CostModel):
             self.task_ids.append(self._tasks.setdefault(_task_key(inp.task), len(self._tasks)))
         if len(self.features) - self.last_train_length < self.last_train_length / 5:
             return
+        if not self._train():
+            return  # nothing to learn from yet: the previous model (or random scores) stays
         self.last_train_length = len(self.features)
-        self._train()
         if self.model_file:
             self.save(self.model_file)
 
@@ -194,18 +210,23 @@ class LGBMModel(CostModel):
             return train_rank(feats, y, tids, self.rank_agg, self.num_rounds, self.num_threads, self.seed)
         return train_pack_sum(feats, y, self.num_rounds, self.num_threads, self.seed)
 
-    def _train(self) -> None:
+    def _train(self) -> bool:
+        """Retrain on all measurements; False (model unchanged) when there is nothing to
+        learn from: fewer than two successful states, or no feature LightGBM can split on."""
         feats, costs, tids, y = self._training_set()
         if int(np.sum(y > 0)) < 2:
-            return  # nothing to learn from yet: keep predicting at random
+            return False
         kind = self.kind or ("rank" if self.objective == "rank" else "pack_sum")
         if self.objective == "auto":
             if len(feats) >= MIN_SELECTION_STATES and len(feats) >= 2 * self._n_at_selection:
                 kind = self._select(feats, costs, tids)
         else:
             kind = self.objective
-        self.booster = self._fit(kind, feats, y, tids)
-        self.kind = kind
+        booster = self._fit(kind, feats, y, tids)
+        if booster is None:
+            return False
+        self.booster, self.kind = booster, kind
+        return True
 
     def _select(self, feats: list, costs: np.ndarray, tids: np.ndarray) -> str:
         """Compare the objectives on held-out states; return the winner.
@@ -225,6 +246,9 @@ class LGBMModel(CostModel):
             y_tr = normalized_throughput(costs[tr], tids[tr])
             for kind in preds:
                 booster = self._fit(kind, f_tr, y_tr, tids[tr])
+                if booster is None:  # this fold had nothing to split on: all ties
+                    preds[kind].append(np.zeros(len(f_te)))
+                    continue
                 preds[kind].append(predict_rank(booster, f_te, self.rank_agg) if kind == "rank"
                                    else predict_pack_sum(booster, f_te))
             held.append(te)

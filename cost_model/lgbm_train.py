@@ -17,6 +17,13 @@ The ranking alternative turns each state into one vector and trains
 LightGBM's ``lambdarank`` with the throughput quantized to 0..30 relevance
 levels, one query group per task (split into chunks of at most
 ``MAX_GROUP`` states, LightGBM's limit being 10000 rows per query).
+
+Tiny data sets.  LightGBM bins every feature before training and drops the ones it
+could never split on (constant, or too few rows to fill two bins of
+``min_data_in_bin`` rows); when none is left it refuses to train ("Check failed:
+num_features() > 0"), which happens with the few rows of one or two measured
+programs.  Both trainers build the Dataset first and return None in that case
+(:func:`splittable_dataset`), so a caller keeps its previous model instead.
 """
 
 from __future__ import annotations
@@ -53,6 +60,19 @@ def _params(num_threads: int, seed: int, **extra) -> dict:
     return {**BASE_PARAMS, "num_threads": num_threads, "seed": seed, **extra}
 
 
+def splittable_dataset(lgb, X: np.ndarray, params: dict, **fields):
+    """``lgb.Dataset(X, params=params, **fields)``, constructed, or None when LightGBM
+    keeps no feature it could split on (every column constant, or too few rows to fill
+    two bins of ``min_data_in_bin`` rows: LightGBM then refuses to train).
+
+    X: float [rows, F] with at least one row; fields: label, group, ... of the Dataset.
+    """
+    ds = lgb.Dataset(X, params=params, free_raw_data=True, **fields).construct()
+    if not any(ds.feature_num_bin(i) > 1 for i in range(ds.num_feature())):
+        return None
+    return ds
+
+
 # ---------------------------------------------------------------------------
 # Pack-sum regression
 # ---------------------------------------------------------------------------
@@ -77,15 +97,18 @@ def train_pack_sum(features: list, y: np.ndarray, num_rounds: int = 200,
                    num_threads: int = 1, seed: int = 0):
     """Train the pack-sum model.
 
-    features: list of float32 [n_stores_i, F]; y: float [n_states] normalized
-    throughput in [0, 1].  Returns a ``lightgbm.Booster`` whose raw row outputs
-    sum to the state score (:func:`predict_pack_sum`).
+    features: list of float32 [n_stores_i, F] (at least one state); y: float [n_states]
+    normalized throughput in [0, 1].  Returns a ``lightgbm.Booster`` whose raw row outputs
+    sum to the state score (:func:`predict_pack_sum`), or None when LightGBM finds no
+    feature to split on (:func:`splittable_dataset`: too few rows, or all alike).
     """
     lgb = _lgb()
     X, pack_ids = pack_features(features)
     y = np.asarray(y, np.float64)
     w = np.maximum(y, WEIGHT_FLOOR)
-    ds = lgb.Dataset(X, label=y[pack_ids], params={"verbose": -1}, free_raw_data=True)
+    ds = splittable_dataset(lgb, X, _params(num_threads, seed), label=y[pack_ids])
+    if ds is None:
+        return None
     params = _params(num_threads, seed, objective=pack_sum_objective(pack_ids, y, w))
     return lgb.train(params, ds, num_boost_round=num_rounds)
 
@@ -144,13 +167,17 @@ def train_rank(features: list, y: np.ndarray, groups: np.ndarray, agg: str = "me
                num_rounds: int = 200, num_threads: int = 1, seed: int = 0):
     """Train a lambdarank model over per-state vectors, one query per task.
 
-    groups: int [n_states], the task of each state.  Returns a ``lightgbm.Booster``.
+    groups: int [n_states], the task of each state (at least one state).  Returns a
+    ``lightgbm.Booster``, or None when LightGBM finds no feature to split on
+    (:func:`splittable_dataset`).
     """
     lgb = _lgb()
     X = state_vectors(features, agg)
     order, sizes = _query_order(np.asarray(groups), np.random.default_rng(seed))
     labels = relevance(y)[order]
-    ds = lgb.Dataset(X[order], label=labels, group=sizes, params={"verbose": -1})
+    ds = splittable_dataset(lgb, X[order], _params(num_threads, seed), label=labels, group=sizes)
+    if ds is None:
+        return None
     params = _params(num_threads, seed, objective="lambdarank",
                      lambdarank_truncation_level=int(min(max(sizes), 64)))
     return lgb.train(params, ds, num_boost_round=num_rounds)
@@ -165,4 +192,4 @@ def predict_rank(booster, features: list, agg: str = "mean_max") -> np.ndarray:
 
 
 __all__ = ["train_pack_sum", "predict_pack_sum", "train_rank", "predict_rank",
-           "pack_sum_objective", "state_vectors", "relevance", "BASE_PARAMS"]
+           "pack_sum_objective", "state_vectors", "relevance", "splittable_dataset", "BASE_PARAMS"]

@@ -49,7 +49,7 @@ __all__ = [
     "prod", "if_then_else", "select", "floordiv", "floormod", "truncdiv", "min_value",
     "max_value", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "fabs", "abs", "pow",
     "erf", "floor", "ceil", "round", "all", "any", "scan", "create_schedule", "thread_axis",
-    "Tensor", "IterVar", "Var", "Expr",
+    "const_matrix", "Tensor", "IterVar", "Var", "Expr",
 ]
 
 _counter = itertools.count()
@@ -100,27 +100,77 @@ def _arg_names(fcompute: Callable, n: int) -> list:
 
 
 def compute(shape: Any, fcompute: Callable, name: str = "compute", tag: str = "",
-            attrs: dict | None = None) -> Tensor:
+            attrs: dict | None = None) -> Any:
     """``out[i...] = fcompute(i...)`` over ``shape``; ``fcompute`` may return a reduction.
 
     attrs: e.g. ``{"layout_free_placeholders": [B]}`` (seed 000).
+
+    When ``fcompute`` returns a tuple or list of n >= 2 expressions, the result is a list
+    of n tensors, the outputs of one multi-output op (TVM's ``te.compute``:
+    ``A, B = te.compute((n,), lambda i: (x[i] + 1, x[i] * 2), name="T")``; ``A.op is
+    B.op``, ``A == A.op.output(0)``; the tensors are named ``T.v0``, ``T.v1``).  The outputs
+    share the shape and loop nest and are scheduled as one stage; either none is a
+    reduction or all are, over the same ``te.reduce_axis`` objects with the same
+    combiner and ``where=`` (sources free).  A one-element tuple gives one tensor.
+
+    Raises InvalidWorkloadError for an empty tuple, a reduction nested inside a body, or
+    multi-output bodies that break the rules above.
     """
     shp = _shape(shape)
     names = _arg_names(fcompute, len(shp))
     axis = tuple(make_iter_var(nm, ext) for nm, ext in zip(names, shp))
     body = fcompute(*[iv.var for iv in axis])
-    if isinstance(body, (list, tuple)):
-        if len(body) != 1:
-            raise InvalidWorkloadError("compute bodies with several outputs are not supported")
-        body = body[0]
-    body = as_expr(body)
-    if isinstance(body, Reduce) is False:
-        for n in walk(body):
-            if isinstance(n, Reduce):
-                raise InvalidWorkloadError(
-                    f"compute {name}: a reduction must be the whole body, not nested inside it"
-                )
-    return ComputeOp(name, axis, body, dict(attrs or {}), tag).output(0)
+    bodies = tuple(body) if isinstance(body, (list, tuple)) else (body,)
+    if not bodies:
+        raise InvalidWorkloadError(f"compute {name}: fcompute returned no expression")
+    bodies = tuple(as_expr(b) for b in bodies)
+    for k, b in enumerate(bodies):
+        if isinstance(b, Reduce) is False:
+            for n in walk(b):
+                if isinstance(n, Reduce):
+                    where = "" if len(bodies) == 1 else f" of output {k}"
+                    raise InvalidWorkloadError(
+                        f"compute {name}: a reduction must be the whole body{where}, not nested inside it"
+                    )
+    op = ComputeOp(name, axis, bodies[0], dict(attrs or {}), tag, bodies[1:])
+    if len(bodies) == 1:
+        return op.output(0)
+    return [op.output(k) for k in range(len(bodies))]
+
+
+def const_matrix(matrix: Any, name: str = "const_matrix", attrs: dict | None = None) -> Tensor:
+    """A constant 2-D tensor as a compute, TVM's ``topi.utils.const_matrix``.
+
+    ``matrix``: a 2-D array-like of numbers (a numpy array keeps its dtype; anything else
+    becomes float32).  Returns a Tensor of ``matrix``'s shape whose body picks the entry by
+    index through nested ``select``s (``i == ii and j == jj``; zero entries fall through to
+    the innermost 0), so it reads no tensor: the access analysis finds it strictly
+    inlineable, and once its consumer's constant-tensor loops are unrolled (the sketch
+    rule for ``auto_scheduler_simplify_const_tensor_indices``) every select folds to a
+    constant.  ``attrs`` default ``{"const_matrix": True}`` as TVM's.  Raises
+    InvalidWorkloadError for a matrix that is not 2-D, is empty, or has a dtype the
+    language lacks.  Used by Winograd convolution (Lavin & Gray, "Fast Algorithms for
+    Convolutional Neural Networks", 2016) for its transform matrices A, B, G.
+    """
+    arr = np.asarray(matrix)
+    if arr.ndim != 2 or arr.size == 0:
+        raise InvalidWorkloadError(f"const_matrix {name}: needs a non-empty 2-D matrix, "
+                                   f"got shape {arr.shape}")
+    dtype = str(arr.dtype) if isinstance(matrix, np.ndarray) else "float32"
+    if dtype not in DTYPES:
+        raise InvalidWorkloadError(f"const_matrix {name}: unknown dtype {dtype!r}")
+    rows, cols = arr.shape
+
+    def select_entry(i: Any, j: Any) -> Expr:
+        now = const(0, dtype)
+        for ii in range(rows):
+            for jj in range(cols):
+                if arr[ii, jj] != 0:
+                    now = select(all(i == ii, j == jj), const(arr[ii, jj].item(), dtype), now)
+        return now
+
+    return compute((rows, cols), select_entry, name=name,
+                   attrs={"const_matrix": True} if attrs is None else attrs)
 
 
 def reduce_axis(dom: Any, name: str = "rv") -> IterVar:

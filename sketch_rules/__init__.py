@@ -9,8 +9,9 @@ takes a duck-typed ``policy``: ``policy.task`` (``compute_dag``, ``target``,
 ``hardware_params`` with ``num_cores``...), ``policy.params``
 (:class:`SketchPolicyParams`) and, where random, a ``numpy.random.Generator``.
 
-Reading guide: ``sketch_rule`` (the rule contract), ``cpu_sketch_rules`` and
-``scan_sketch_rule`` (the rules), ``sketch_generation`` (the derivation),
+Reading guide: ``sketch_rule`` (the rule contract), ``cpu_sketch_rules``,
+``const_tensor_rule`` (Winograd's constant-tensor stages) and ``scan_sketch_rule``
+(the rules), ``sketch_generation`` (the derivation),
 ``init_population``, ``mutation``; ``state_queries``, ``step_history``,
 ``tiling``, ``compute_location`` and ``split_factors`` are their helpers.
 
@@ -22,6 +23,7 @@ mutation weights in ``mutation``, the thread-block limits in ``gpu_params``.  Th
 use them when no rules are given.
 """
 
+from .const_tensor_rule import RuleSimplifyComputeWithConstTensor
 from .cpu_sketch_rules import (
     RuleAddCacheWrite,
     RuleAddRfactor,
@@ -74,7 +76,8 @@ from .sketch_rule import ConditionKind, CustomSketchRule, SketchRule
 __all__ = [
     "SketchPolicyParams", "ConditionKind", "SketchRule", "CustomSketchRule",
     "RuleAlwaysInline", "RuleAddRfactor", "RuleAddCacheWrite", "RuleMultiLevelTilingWithFusion",
-    "RuleMultiLevelTiling", "RuleScanUpdate", "RuleSkipStage", "default_sketch_rules",
+    "RuleMultiLevelTiling", "RuleScanUpdate", "RuleSimplifyComputeWithConstTensor",
+    "RuleSkipStage", "default_sketch_rules",
     "generate_sketches", "register_sketch_rule", "unregister_sketch_rule",
     "registered_sketch_rules", "PopulationGenerationRule", "InitFillTileSize",
     "InitChangeComputeLocation", "InitParallel", "InitUnroll", "InitVectorization",

@@ -1,7 +1,11 @@
 """Ansor's CPU sketch generation rules, in Ansor's order.
 
-    RuleAlwaysInline -> RuleAddRfactor -> RuleAddCacheWrite
-      -> RuleMultiLevelTilingWithFusion -> RuleMultiLevelTiling -> RuleSkipStage
+    RuleAlwaysInline -> [RuleSimplifyComputeWithConstTensor] -> RuleAddRfactor
+      -> RuleAddCacheWrite -> RuleMultiLevelTilingWithFusion -> RuleMultiLevelTiling
+      -> RuleSkipStage
+
+(the bracketed rule, for Winograd's constant-tensor stages, lives in
+``const_tensor_rule``; ``sketch_generation.default_sketch_rules`` holds the order).
 
 Each follows ``src/auto_scheduler/search_policy/sketch_policy_rules.cc`` of TVM
 (Ansor, OSDI'20, section 4.1, Table 1: "always inline", "multi-level tiling",
@@ -80,7 +84,8 @@ class RuleSkipStage(SketchRule):
 
 class RuleAlwaysInline(SketchRule):
     """Inline a strictly inlineable stage (element-wise, simple reads, no branch, no
-    expensive intrinsic), never an output, a reduction, or a scan's init/update.  On a
+    expensive intrinsic), never an output, a reduction, a multi-output op or a scan's
+    init/update.  On a
     GPU every such stage is inlined, strictly inlineable or not (Ansor: a kernel per
     element-wise stage costs more than recomputing it)."""
 
@@ -89,8 +94,8 @@ class RuleAlwaysInline(SketchRule):
     def meet_condition(self, policy, state, stage_id):
         st = state.stages[stage_id]
         if (not _is_compute(state, stage_id) or is_output_stage(state, stage_id)
-                or has_reduce_iter(st) or state.attached_to(stage_id)):
-            return ConditionKind.SKIP
+                or has_reduce_iter(st) or state.attached_to(stage_id) or st.op.num_outputs > 1):
+            return ConditionKind.SKIP  # (a multi-output op cannot be inlined, as in TVM)
         if stage_id in scan_init_ids(state) or stage_id in scan_update_ids(state):
             return ConditionKind.SKIP
         return (ConditionKind.APPLY_AND_SKIP_REST
@@ -112,7 +117,8 @@ class RuleAddRfactor(SketchRule):
     name = "RuleAddRfactor"
 
     def meet_condition(self, policy, state, stage_id):
-        if not _is_compute(state, stage_id) or stage_id in scan_body_ids(state):
+        if (not _is_compute(state, stage_id) or stage_id in scan_body_ids(state)
+                or state.stages[stage_id].op.num_outputs > 1):  # RfactorStep takes one output
             return ConditionKind.SKIP
         return (ConditionKind.APPLY if needs_rfactor(policy.task, state, stage_id)
                 and not has_cache_write_stage(state, stage_id) else ConditionKind.SKIP)

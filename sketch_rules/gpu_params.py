@@ -131,7 +131,7 @@ def shared_memory_bytes(state) -> dict:
         env = _block_coverage(consumer, name)
         regions = None
         if env is not None:
-            loads = [n for n in walk(consumer.op.body)
+            loads = [n for b in consumer.op.bodies for n in walk(b)
                      if isinstance(n, TensorLoad) and n.tensor.op is st.op]
             regions = [union([interval(ld.indices[d], env) for ld in loads])
                        for d in range(len(loads[0].indices))] if loads else []

@@ -11,8 +11,9 @@ rfactor).  The CPU rules of ``cpu_sketch_rules`` serve both targets where TVM's 
 on a GPU RuleAlwaysInline inlines every non-output element-wise stage, RuleAddCacheWrite
 and RuleMultiLevelTilingWithFusion skip the rest, fusion is at level 3 of "SSSRRSRS".
 
-Departures from TVM: there is no RuleSimplifyComputeWithConstTensor (the CPU rules lack
-it too), so RuleSpecialComputeLocationGPU applies only when the consumer already has an
+Departures from TVM: the GPU rules do not use RuleSimplifyComputeWithConstTensor (the
+CPU rules do, after RuleAlwaysInline: ``const_tensor_rule``), so
+RuleSpecialComputeLocationGPU applies only when the consumer already has an
 unrolled loop; RuleAddCacheRead leaves a consumer without reduction loops alone (TVM
 aborts there); a consumer of a cross-thread reduction that cannot be followed
 (a reduction of its own, or several splits) makes the reduction use its own warp split
@@ -210,6 +211,8 @@ class RuleCrossThreadReduction(SketchRule):
         st = state.stages[stage_id]
         if (st.op_type != "compute" or st.compute_at == "inlined" or not has_reduce_iter(st)
                 or stage_id in scan_body_ids(state) or has_cache_write_stage(state, stage_id)):
+            return ConditionKind.SKIP
+        if st.op.num_outputs > 1:  # the GPU lowering's allreduce takes one output only
             return ConditionKind.SKIP
         space, red = cumulative_lengths(st)
         if needs_multi_level_tiling(state, stage_id):

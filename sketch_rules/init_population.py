@@ -31,6 +31,7 @@ from scheduler_core.schedule.transform_step import (
     FuseStep,
     PragmaStep,
     SplitStep,
+    check_compute_locations,
 )
 
 from .compute_location import get_compute_location_candidates
@@ -99,7 +100,9 @@ class InitFillTileSize(PopulationGenerationRule):
 class InitChangeComputeLocation(PopulationGenerationRule):
     """From the last stage to the first, move each untiled stage that does not need
     multi-level tiling to a random place: inlined, root, or one of its compute-location
-    candidates.  A move the compiler refuses leaves the stage where it was."""
+    candidates.  A move the compiler refuses (the step raises ScheduleError, or lowering
+    would refuse the compute locations it leaves: ``check_compute_locations``) leaves
+    the stage where it was (Ansor checks the whole state with InferBound at the end)."""
 
     name = "InitChangeComputeLocation"
 
@@ -123,8 +126,8 @@ class InitChangeComputeLocation(PopulationGenerationRule):
                 step = ComputeAtStep(sid, *cands[choice - 2])
             if step is not None:
                 try:
-                    state = step.apply(state)
-                except ScheduleError:
+                    state = check_compute_locations(step.apply(state))
+                except (ScheduleError, LoweringError):
                     pass
         return state
 

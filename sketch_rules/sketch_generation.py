@@ -28,6 +28,7 @@ from scheduler_core.schedule.dataflow_step import RfactorStep
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.transform_step import SplitStep
 
+from .const_tensor_rule import RuleSimplifyComputeWithConstTensor
 from .cpu_sketch_rules import (
     RuleAddCacheWrite,
     RuleAddRfactor,
@@ -49,12 +50,14 @@ _REGISTERED: list = []
 def default_sketch_rules(policy=None) -> list:
     """The default rules for ``policy``'s target: on a GPU target Ansor's GPU rules
     (:func:`gpu_sketch_rules.gpu_sketch_rules`), otherwise (and without a policy) Ansor's
-    CPU rules in Ansor's order, with the scan rule before RuleSkipStage."""
+    CPU rules in TVM's order (RuleAlwaysInline, RuleSimplifyComputeWithConstTensor,
+    RuleAddRfactor, RuleAddCacheWrite, RuleMultiLevelTilingWithFusion,
+    RuleMultiLevelTiling), with the scan rule before RuleSkipStage."""
     if policy is not None and is_gpu_task(policy.task):
         return gpu_sketch_rules()
-    return [RuleAlwaysInline(), RuleAddRfactor(), RuleAddCacheWrite(),
-            RuleMultiLevelTilingWithFusion(), RuleMultiLevelTiling(), RuleScanUpdate(),
-            RuleSkipStage()]
+    return [RuleAlwaysInline(), RuleSimplifyComputeWithConstTensor(), RuleAddRfactor(),
+            RuleAddCacheWrite(), RuleMultiLevelTilingWithFusion(), RuleMultiLevelTiling(),
+            RuleScanUpdate(), RuleSkipStage()]
 
 
 def register_sketch_rule(rule: SketchRule) -> SketchRule:

@@ -13,13 +13,14 @@ replay with an illegal result turned into ``None``.
 
 from __future__ import annotations
 
-from scheduler_core.base.errors import ScheduleError
+from scheduler_core.base.errors import LoweringError, ScheduleError
 from scheduler_core.schedule.dataflow_step import (
     CacheReadStep,
     CacheWriteStep,
     RfactorStep,
     replay_steps,
 )
+from scheduler_core.schedule.transform_step import check_compute_locations
 
 STAGE_INSERTING_STEPS = (CacheReadStep, CacheWriteStep, RfactorStep)
 
@@ -92,10 +93,13 @@ def has_rfactor_stage(state, stage_id: int) -> bool:
 
 
 def replay_or_none(state, steps):
-    """``replay_steps(state.dag, steps)``, or None when some step is illegal."""
+    """``replay_steps(state.dag, steps)``, or None when some step is illegal or the
+    replayed state has compute locations lowering refuses (``check_compute_locations``:
+    the steps leave those to the final state, and TVM's search drops a state its
+    InferBound refuses)."""
     try:
-        return replay_steps(state.dag, steps)
-    except ScheduleError:
+        return check_compute_locations(replay_steps(state.dag, steps))
+    except (ScheduleError, LoweringError):
         return None
 
 

@@ -3,10 +3,13 @@
 Sizes may be ints or ``te.var`` symbols.  The returned list is the workload's
 argument list (inputs, then outputs), ready for ``ComputeDAG(tensors)``.
 Workloads follow the seeds (000 matmul+bias, 001 scans, 003 RGB->YUV) and
-TOPI's definitions (conv2d NCHW with a padding stage, softmax, layer norm).
+TOPI's definitions (conv2d NCHW with a padding stage, softmax, layer norm, Winograd
+conv2d NHWC with its numpy helpers).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from scheduler_core import te
 
@@ -207,3 +210,144 @@ SMALL_DAGS = {
     "rgb_to_yuv": lambda: rgb_to_yuv(11, 6),
     "cumsum_scan": lambda: cumsum_scan(9, 10),
 }
+
+
+# -- Winograd convolution (appended; TOPI's conv2d_winograd_nhwc) ---------------------
+WINOGRAD_POINTS = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0)
+
+
+def winograd_transform_matrices(m, r, dtype="float32"):
+    """The Winograd F(m x m, r x r) matrices ``(A, B, G)`` as numpy arrays, TOPI's
+    ``winograd_transform_matrices`` layout: A (alpha, m), B (alpha, alpha), G (alpha, r)
+    with ``alpha = m + r - 1``, so that for a tile d (alpha, alpha) and a kernel g (r, r)
+    ``A.T @ ((G @ g @ G.T) * (B.T @ d @ B)) @ A`` is their (m, m) correlation.
+
+    Toom-Cook with the points 0, 1, -1, 2, -2, 1/2, ... and infinity (Lavin & Gray,
+    "Fast Algorithms for Convolutional Neural Networks", 2016): A evaluates at the
+    points, G evaluates the kernel scaled by the Lagrange denominators, B interpolates.
+    Raises ValueError when ``alpha - 1`` exceeds the points listed (``m + r > 10``).
+    """
+    alpha = m + r - 1
+    if m < 1 or r < 1 or alpha - 1 > len(WINOGRAD_POINTS):
+        raise ValueError(f"no Winograd matrices for F({m}, {r})")
+    pts = WINOGRAD_POINTS[:alpha - 1]
+    A = np.zeros((alpha, m))
+    B = np.zeros((alpha, alpha))
+    G = np.zeros((alpha, r))
+    for j, p in enumerate(pts):
+        others = [q for q in pts if q != p]
+        A[j] = [p ** i for i in range(m)]
+        G[j] = [p ** k / np.prod([p - q for q in others]) for k in range(r)]
+        coeffs = np.poly(others)[::-1] if others else np.ones(1)  # prod (x - q), low first
+        B[:len(coeffs), j] = coeffs
+    A[alpha - 1, m - 1] = 1.0
+    G[alpha - 1, r - 1] = 1.0
+    B[:, alpha - 1] = np.poly(pts)[::-1]
+    return A.astype(dtype), B.astype(dtype), G.astype(dtype)
+
+
+def winograd_kernel_pack(weight, tile_size=2):
+    """numpy: a conv2d kernel HWIO (r, r, ci, co) in the Winograd domain,
+    ``(alpha, alpha, co, ci)`` = G g G^T per channel pair (TOPI's pre-computed layout)."""
+    r = weight.shape[0]
+    _, _, G = winograd_transform_matrices(tile_size, r, "float64")
+    packed = np.einsum("ak,klio,bl->aboi", G, weight.astype("float64"), G)
+    return np.ascontiguousarray(packed.astype(weight.dtype))
+
+
+def conv2d_nhwc_reference(data, weight, pad=1):
+    """numpy direct conv2d NHWC (stride 1): data (n, h, w, ci), weight HWIO (r, r, ci, co)."""
+    n, h, w, _ = data.shape
+    r = weight.shape[0]
+    padded = np.pad(data.astype("float64"), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    oh, ow = h + 2 * pad - r + 1, w + 2 * pad - r + 1
+    out = np.zeros((n, oh, ow, weight.shape[3]))
+    for ky in range(r):
+        for kx in range(r):
+            out += np.einsum("nyxi,io->nyxo", padded[:, ky:ky + oh, kx:kx + ow, :],
+                             weight[ky, kx].astype("float64"))
+    return out.astype(data.dtype)
+
+
+def conv2d_winograd_nhwc(n, h, w, ci, co, kernel_size=3, pad=1, tile_size=2,
+                         pre_computed=True, dtype="float32"):
+    """conv2d NHWC, stride 1, by Winograd F(m x m, 3 x 3), as TOPI's
+    ``_conv2d_winograd_nhwc_impl`` (and TVM's ``conv2d_winograd_nhwc_auto_scheduler_test``):
+
+        data_pad -> input_tile (alpha, alpha, P, ci) -> data_pack = B^T d B (reads B)
+        bgemm (alpha, alpha, P, co) = sum_ci data_pack * kernel_pack
+        inverse (m, m, P, co) = A^T M A (reads A) -> conv2d_winograd (n, oh, ow, co)
+
+    m = ``tile_size``, alpha = m + kernel_size - 1, P = n * ceil(oh / m) * ceil(ow / m);
+    data_pack and inverse carry ``auto_scheduler_simplify_const_tensor_indices`` (their
+    constant-matrix axes), A and B are ``te.const_matrix`` stages.  With ``pre_computed``
+    the kernel input is ``kernel_pack`` (alpha, alpha, co, ci), already in the Winograd
+    domain (see :func:`winograd_kernel_pack`); otherwise it is ``weight`` HWIO
+    (k, k, ci, co) and a ``kernel_pack`` stage computes G g G^T (reads G).  The bottom and
+    right padding grow so every tile reads inside ``data_pad``.
+    Returns ``[data, kernel, out]``, out (n, oh, ow, co) with oh = h + 2*pad - k + 1.
+    """
+    r, m = kernel_size, tile_size
+    alpha = m + r - 1
+    mat_a, mat_b, mat_g = winograd_transform_matrices(m, r, dtype)
+    oh, ow = h + 2 * pad - r + 1, w + 2 * pad - r + 1
+    nh, nw = (oh + m - 1) // m, (ow + m - 1) // m
+    P = n * nh * nw
+    ph = max(h + 2 * pad, (nh - 1) * m + alpha)
+    pw = max(w + 2 * pad, (nw - 1) * m + alpha)
+    data = te.placeholder((n, h, w, ci), dtype, name="data")
+    data_pad = te.compute(
+        (n, ph, pw, ci),
+        lambda b, y, x, c: te.if_then_else(
+            te.all(y >= pad, y < h + pad, x >= pad, x < w + pad),
+            data[b, y - pad, x - pad, c], te.const(0, dtype)),
+        name="data_pad")
+    B = te.const_matrix(mat_b, name="B")
+    if pre_computed:
+        kernel = te.placeholder((alpha, alpha, co, ci), dtype, name="kernel_pack")
+        kernel_pack = kernel
+    else:
+        kernel = te.placeholder((r, r, ci, co), dtype, name="weight")
+        G = te.const_matrix(mat_g, name="G")
+        r_kh = te.reduce_axis((0, r), name="r_kh")
+        r_kw = te.reduce_axis((0, r), name="r_kw")
+        kernel_pack = te.compute(
+            (alpha, alpha, co, ci),
+            lambda eps, nu, co, ci: te.sum(
+                kernel[r_kh, r_kw, ci, co] * G[eps, r_kh] * G[nu, r_kw], axis=[r_kh, r_kw]),
+            name="kernel_pack")
+    input_tile = te.compute(
+        (alpha, alpha, P, ci),
+        lambda eps, nu, p, ci: data_pad[te.floordiv(p, nh * nw),
+                                        te.floormod(te.floordiv(p, nw), nh) * m + eps,
+                                        te.floormod(p, nw) * m + nu, ci],
+        name="input_tile")
+    r_a = te.reduce_axis((0, alpha), name="r_a")
+    r_b = te.reduce_axis((0, alpha), name="r_b")
+    data_pack = te.compute(
+        (alpha, alpha, P, ci),
+        lambda eps, nu, p, ci: te.sum(input_tile[r_a, r_b, p, ci] * B[r_a, eps] * B[r_b, nu],
+                                      axis=[r_a, r_b]),
+        name="data_pack",
+        attrs={"auto_scheduler_simplify_const_tensor_indices": ["eps", "nu", "r_a", "r_b"]})
+    rc = te.reduce_axis((0, ci), name="ci")
+    bgemm = te.compute(
+        (alpha, alpha, P, co),
+        lambda eps, nu, p, co: te.sum(data_pack[eps, nu, p, rc] * kernel_pack[eps, nu, co, rc],
+                                      axis=rc),
+        name="bgemm")
+    A = te.const_matrix(mat_a, name="A")
+    r_a2 = te.reduce_axis((0, alpha), name="r_a")
+    r_b2 = te.reduce_axis((0, alpha), name="r_b")
+    inverse = te.compute(
+        (m, m, P, co),
+        lambda vh, vw, p, co: te.sum(bgemm[r_a2, r_b2, p, co] * A[r_a2, vh] * A[r_b2, vw],
+                                     axis=[r_a2, r_b2]),
+        name="inverse",
+        attrs={"auto_scheduler_simplify_const_tensor_indices": ["vh", "vw", "r_a", "r_b"]})
+    out = te.compute(
+        (n, oh, ow, co),
+        lambda b, y, x, co: inverse[te.floormod(y, m), te.floormod(x, m),
+                                    b * nh * nw + te.floordiv(y, m) * nw + te.floordiv(x, m), co],
+        name="conv2d_winograd")
+    return [data, kernel, out]

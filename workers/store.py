@@ -35,7 +35,7 @@ from scheduler_core.base.target import Target
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
 from scheduler_core.measure.data import MeasureErrorNo
-from scheduler_core.measure.record import DagLine, RawRecord, decode_record, encode_record, iter_lines, parse_line
+from scheduler_core.measure.record import DagLine, RawRecord, decode_record, encode_record, native_lines, parse_line
 from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
@@ -608,16 +608,20 @@ class JobCancelled(Exception):
     """Raised by RedisRecordSink after a batch when the job was asked to stop."""
 
 
-def import_record_file(store: RedisStore, path: str | os.PathLike) -> int:
+def import_record_file(store: RedisStore, path: str | os.PathLike, dags: Mapping[str, Any] | None = None,
+                       task: Any = None) -> int:
     """Append a record file (RecordToFile's JSON lines) to Redis: its DAGs, records and best index.
 
-    A record whose state is already stored for its workload+target is skipped (a state
-    is recorded once), so importing a file twice adds nothing.  Returns the number of
-    records appended.  Raises RecordFormatError naming the first invalid line (nothing
-    after it is imported).
+    TVM's log lines ("v": "v0.6") are imported too, as our lines (``record.native_lines``:
+    DAG resolved through ``dags``, the register_workload registry or ``task`` -- a Task,
+    a ComputeDAG or a list of them -- then replayed; stored under our workload_key and the
+    canonical target).  A record whose state is already stored for its workload+target is
+    skipped (a state is recorded once), so importing a file twice adds nothing.  Returns
+    the number of records appended.  Raises RecordFormatError naming the first invalid or
+    unresolvable line (nothing after it is imported).
     """
     n, indexed = 0, set()
-    for item in iter_lines(str(path)):
+    for item in native_lines(str(path), dags, task):
         if isinstance(item, DagLine):
             store.conn.setnx(keys.dag(item.workload_key), json.dumps(item.dag))
             continue

@@ -8,4 +8,5 @@
     shape_binding    binding symbolic shape variables from input arrays
     reference        a numpy evaluator of any DAG (the correctness reference)
     task             Task: DAG + workload_key + Target + HardwareParams, as plain frozen data
+    workload_registry  register_workload: name -> function returning a workload's tensors (TVM's keys)
 """

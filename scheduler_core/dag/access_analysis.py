@@ -118,7 +118,7 @@ def read_accesses(op: Any) -> dict:
     """
     out: dict = {}
     if isinstance(op, ComputeOp):
-        for n in walk(op.body):
+        for n in (n for b in op.bodies for n in walk(b)):
             if isinstance(n, TensorLoad):
                 out.setdefault(n.tensor, []).append(tuple(n.indices))
     elif isinstance(op, ScanOp):
@@ -181,8 +181,10 @@ def _needs_multi_level_tiling(op: ComputeOp, reads: dict) -> bool:
 
 
 def _is_strictly_inlineable(op: Any, reads: dict, is_output: bool) -> bool:
-    """Ansor's rule plus "not an output, no reduction" (the sketch rule's extra test)."""
-    if not isinstance(op, ComputeOp) or op.reduce_axis or is_output:
+    """Ansor's rule plus "not an output, no reduction" (the sketch rule's extra test); a
+    compute with several outputs is never inlined (TVM's ScheduleOps: "can only inline
+    compute op with 1 output")."""
+    if not isinstance(op, ComputeOp) or op.reduce_axis or is_output or op.num_outputs > 1:
         return False
     if not reads:
         return True  # a constant tensor
@@ -223,7 +225,7 @@ class AccessAnalyzer:
     def is_strictly_inlineable(self, op: Any) -> bool:
         """A non-output ComputeOp with no reduction whose reads are simple, in axis
         order and without duplicates, with no branch and no expensive intrinsic
-        (``exp``, ``log``, ``tanh``..., ``pow``).  A compute that reads nothing is
+        (``exp``, ``log``, ``tanh``..., ``pow``) and one output.  A compute that reads nothing is
         inlineable.  Ansor: IsStrictlyInlineable and not IsOutput."""
         return self._flag(op, "inlineable")
 

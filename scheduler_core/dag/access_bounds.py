@@ -177,7 +177,7 @@ def _check_compute(op: ComputeOp, scan: ScanOp | None, path: str) -> None:
         env[iv.var] = Interval(simplify(as_expr(src.dom_min)), simplify(as_expr(src.dom_extent)))
     if any(_empty(iv) for iv in env.values()):
         return  # no iteration: nothing is read
-    stack: list = [(op.body, _Ctx(env, ()))]
+    stack: list = [(b, _Ctx(env, ())) for b in op.bodies]
     seen: dict = {}  # (id(node), id(ctx)) -> ctx, which keeps the ids alive and unique
     while stack:
         node, ctx = stack.pop()

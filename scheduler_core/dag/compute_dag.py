@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Any
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.ir.expr import (
@@ -39,7 +40,7 @@ from scheduler_core.ir.simplify import const_value
 
 from .access_analysis import analyze
 from .dag_json import canonical_dumps, dag_to_json, tensors_from_json
-from .tensor import ComputeOp, PlaceholderOp, Tensor, dag_ops
+from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, dag_ops
 
 _REDUCE_SYMBOL = {"sum": "+=", "max": "max=", "min": "min=", "prod": "*="}
 
@@ -49,18 +50,36 @@ class ComputeDAG:
 
     Parameters
     ----------
-    tensors : list of Tensor
-        The workload's arguments in call order: placeholders and outputs.
+    tensors : list of Tensor, or a schedule
+        The workload's arguments in call order: placeholders and outputs.  Or, as TVM's
+        ``ComputeDAG(sch)``, a ``te.create_schedule`` schedule: the ops are its stages'
+        ops in stage order (so stages that its cache_read / cache_write / rfactor added
+        are ops of the DAG), the tensors are the outputs of its placeholder stages and
+        then of its output stages, in stage order.  The schedule's loop transforms
+        (split, reorder, compute_at, ...) are not kept: the DAG's initial state is a
+        fresh one, as in TVM (``src/auto_scheduler/compute_dag.cc``).  A schedule is any
+        object with ``stages`` whose items have ``op`` and ``is_output`` (TVM's Stage
+        fields), as ``te.create_schedule`` returns.
 
     Raises
     ------
     InvalidWorkloadError
-        On an empty list, non-tensors, or a cycle.
+        On an empty list, non-tensors, a cycle, or a compute with two iterators of one
+        name (spatial or reduce; TVM's CheckComputeValidity), naming both.
     """
 
-    def __init__(self, tensors: Sequence[Tensor]):
-        self.tensors: tuple = tuple(tensors)
-        self.ops: tuple = dag_ops(self.tensors)
+    def __init__(self, tensors: Sequence[Tensor] | Any):
+        stages = None if isinstance(tensors, (list, tuple, Tensor)) else getattr(tensors, "stages", None)
+        self.tensors: tuple
+        self.ops: tuple
+        if stages is not None:
+            if not all(hasattr(st, "op") and hasattr(st, "is_output") for st in stages):
+                raise InvalidWorkloadError(
+                    f"ComputeDAG takes a list of tensors or a te schedule, not a {type(tensors).__name__}")
+            self.tensors, self.ops = _from_schedule_stages(stages)
+            return
+        self.tensors = tuple(tensors)
+        self.ops = dag_ops(self.tensors)
 
     @property
     def outputs(self) -> tuple:
@@ -82,20 +101,38 @@ class ComputeDAG:
 
     # -- FLOP count ------------------------------------------------------------
     def flop_count(self, bindings: dict | None = None) -> float:
-        """Floating-point operations of one run of the whole DAG (Ansor's FlopEstimator).
+        """Floating-point operations of one run of the whole DAG, counted exactly as TVM's
+        ``FlopEstimator`` (``src/auto_scheduler/compute_dag.cc``) counts them.
 
-        Per output point of each ComputeOp: 1 per arithmetic node (add, sub, mul,
-        div, mod, min, max, pow), comparison, logical op, ``if_then_else`` (plus its
-        condition and its costlier branch) and intrinsic call whose operands are
-        floating point (or, for an integer-valued op, of its integer kind); index
-        expressions inside tensor reads, casts, loads and constants count 0.  A
-        reduction counts its combiner plus its source, times the product of its
-        reduce extents.  An op with an integer ``attrs["FLOP"]`` counts that
-        instead.  Placeholders and scans (whose init/update are ops of their own)
-        count 0.  E.g. matmul+bias N x L x M gives 2*N*M*L + N*M.
+        Each ComputeOp contributes (its number of output points) x (the count of its
+        body), with the op's *type code* taken from its output dtype: float, bfloat,
+        int or uint (``bool`` is TVM's ``UInt(1)``, so uint).  Counted per node:
+
+        - add, sub, mul, div, floordiv, floormod, min, max, the comparisons (eq, ne,
+          lt, le, gt, ge) and the logical and/or: 1 when either operand has the op's
+          type code, else 0 (so integer index arithmetic and integer bounds checks in a
+          float op are free; float comparisons in a float op count 1), plus their operands;
+        - not: 1 when its (bool, i.e. uint) dtype has the op's type code, plus its operand;
+        - ``if_then_else`` / select: 0 for itself, plus its condition and *both*
+          branches (TVM's ``tir.if_then_else`` is a Call, whose arguments are summed;
+          ``te.select`` builds the same node here and is counted the same way, where
+          TVM's ``tir.Select`` would take the costlier branch only);
+        - intrinsic calls (exp, log, sqrt, rsqrt, tanh, sigmoid, fabs, erf, ...) and pow
+          (a call in TVM): 0 for the call, plus its arguments;
+        - casts: their value only; constants, variables and tensor reads (with their
+          index expressions) 0;
+        - a reduction: (its combiner, 1 when the reduction's dtype has the op's type
+          code, + its source) times the product of its reduce extents; its ``where``
+          condition and its identity are not counted.
+
+        So a padding stage ``if_then_else(all(y >= 1, ...), X[..], 0.0)`` counts 0,
+        matmul+bias N x L x M gives 2*N*M*L + N*M, softmax 4 per element (max, sub,
+        sum, div; exp is a call).  An op with an integer ``attrs["FLOP"]`` counts that
+        instead.  Placeholders and scans (whose init/update are ops of their own) count 0.
 
         bindings: ``{var name or Var: int}`` for symbolic shape variables.
-        Raises InvalidWorkloadError when an extent stays symbolic.
+        Returns a float.  Raises InvalidWorkloadError when an extent stays symbolic
+        (TVM returns -1 there).
         """
         total = 0.0
         for op in self.ops:
@@ -105,7 +142,7 @@ class ComputeDAG:
                 total += float(op.attrs["FLOP"])
                 continue
             points = _product(op.shape, bindings, op.name)
-            total += points * _FlopCounter(_kind(op.dtype), bindings, op.name).count(op.body)
+            total += points * sum(_FlopCounter(_kind(b.dtype), bindings, op.name).count(b) for b in op.bodies)
         return total
 
     @property
@@ -147,6 +184,24 @@ class ComputeDAG:
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()[:32]
 
 
+def _from_schedule_stages(stages) -> tuple:
+    """(tensors, ops) of TVM's ``ComputeDAG(sch)``: ops in stage order; tensors the
+    outputs of placeholder stages and output stages, in stage order."""
+    stages = list(stages)
+    ops = tuple(st.op for st in stages)
+    # A scan's state placeholders stand for its outputs, not for inputs (as ComputeDAG(tensors)).
+    states = {id(t.op) for op in ops if isinstance(op, ScanOp) for t in op.state_placeholder}
+    tensors = tuple(op.output(i) for st, op in zip(stages, ops)
+                    if (isinstance(op, PlaceholderOp) and id(op) not in states) or
+                    (not isinstance(op, PlaceholderOp) and st.is_output)
+                    for i in range(op.num_outputs))
+    reachable = dag_ops(tensors)  # validates (names, cycles, placeholders) as for tensors
+    if {id(op) for op in reachable} != {id(op) for op in ops}:
+        extra = [op.name for op in ops if id(op) not in {id(o) for o in reachable}]
+        raise InvalidWorkloadError(f"the schedule's stages {extra} are not read by its outputs")
+    return tensors, ops
+
+
 # ---------------------------------------------------------------------------
 # Printing
 # ---------------------------------------------------------------------------
@@ -155,12 +210,16 @@ def _op_line(op) -> str:
     if isinstance(op, PlaceholderOp):
         return f"{op.name} = PLACEHOLDER [{', '.join(expr_str(s) for s in op.shape)}]"
     if isinstance(op, ComputeOp):
-        head = f"{op.name}({', '.join(iv.var.name for iv in op.axis)})"
-        body = op.body
-        if isinstance(body, Reduce):
-            where = "" if body.condition is None else f" where {expr_str(body.condition)}"
-            return f"{head} {_REDUCE_SYMBOL[body.combiner]} {expr_str(body.source)}{where}"
-        return f"{head} = {expr_str(body)}"
+        lines = []
+        for k, body in enumerate(op.bodies):
+            name = op.name if op.num_outputs == 1 else op.output(k).name
+            head = f"{name}({', '.join(iv.var.name for iv in op.axis)})"
+            if isinstance(body, Reduce):
+                where = "" if body.condition is None else f" where {expr_str(body.condition)}"
+                lines.append(f"{head} {_REDUCE_SYMBOL[body.combiner]} {expr_str(body.source)}{where}")
+            else:
+                lines.append(f"{head} = {expr_str(body)}")
+        return "\n".join(lines)
     ax = op.scan_axis
 
     def names(ts):
@@ -175,7 +234,13 @@ def _op_line(op) -> str:
 # ---------------------------------------------------------------------------
 
 def _kind(dtype: str) -> str:
-    return "float" if is_float(dtype) else ("bool" if dtype == "bool" else "int")
+    """TVM's ``DataType.code()`` of ``dtype`` as a word: "float", "bfloat", "int" or "uint"
+    (``bool`` is ``UInt(1)`` in TVM, so "uint")."""
+    if dtype == "bool" or dtype.startswith("uint"):
+        return "uint"
+    if dtype.startswith("bfloat"):
+        return "bfloat"
+    return "float" if is_float(dtype) else "int"
 
 
 def _extent(e: Expr, bindings: dict | None, where: str) -> int:
@@ -201,28 +266,31 @@ def _product(extents, bindings: dict | None, where: str) -> float:
 
 
 class _FlopCounter:
-    """Counts the flops of one output point of a compute whose value kind is ``kind``."""
+    """Counts the flops of one output point of a compute whose type code (``_kind`` of its
+    output dtype) is ``kind``, node by node as TVM's FlopEstimator (see ``flop_count``)."""
 
     def __init__(self, kind: str, bindings: dict | None, where: str):
         self.kind, self.bindings, self.where = kind, bindings, where
 
-    def _counts(self, dtype: str) -> float:
-        return 1.0 if is_float(dtype) or _kind(dtype) == self.kind else 0.0
+    def _counts(self, *dtypes: str) -> float:
+        """1 when any of ``dtypes`` has the op's type code (TVM's ``base`` of a node)."""
+        return 1.0 if any(_kind(d) == self.kind for d in dtypes) else 0.0
 
     def count(self, e: Expr) -> float:
         if isinstance(e, (IntImm, FloatImm, Var, TensorLoad)):
             return 0.0
         if isinstance(e, Cast):
             return self.count(e.value)
+        if isinstance(e, BinaryOp) and e.op == "pow":  # tir.pow is a Call in TVM
+            return self.count(e.a) + self.count(e.b)
         if isinstance(e, (BinaryOp, CmpOp, LogicalOp)):
-            return self._counts(e.a.dtype) + self.count(e.a) + self.count(e.b)
+            return self._counts(e.a.dtype, e.b.dtype) + self.count(e.a) + self.count(e.b)
         if isinstance(e, Not):
-            return self._counts(e.a.dtype) + self.count(e.a)
-        if isinstance(e, Select):
-            branches = max(self.count(e.true_value), self.count(e.false_value))
-            return self._counts(e.dtype) + self.count(e.cond) + branches
+            return self._counts(e.dtype) + self.count(e.a)
+        if isinstance(e, Select):  # tir.if_then_else, a Call: its arguments summed
+            return self.count(e.cond) + self.count(e.true_value) + self.count(e.false_value)
         if isinstance(e, Call):
-            return self._counts(e.dtype) + sum(self.count(a) for a in e.args)
+            return sum(self.count(a) for a in e.args)
         if isinstance(e, Reduce):
             iters = _product([iv.dom_extent for iv in e.axis], self.bindings, self.where)
             return iters * (self._counts(e.dtype) + self.count(e.source))

@@ -34,7 +34,7 @@ from .dag_json_expr import (
     fail_at,
     is_json_int,
 )
-from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, dag_ops
+from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, check_iter_names, dag_ops
 
 FORMAT = "autosched.compute_dag"
 VERSION = 1
@@ -154,8 +154,10 @@ class _Encoder(ExprEncoder):
                 if iv.kind != "spatial" or const_value(iv.dom_min) != 0:
                     fail_at(f"axis {iv.var.name} is not a spatial axis starting at 0", where)
             shape = [self.expr(iv.dom_extent, k) for iv in op.axis]
-            return {"kind": "compute", "name": op.name, "shape": shape,
-                    "axis": [self.var(iv.var) for iv in op.axis], "body": self.expr(op.body, k),
+            axis = [self.var(iv.var) for iv in op.axis]
+            # One output: its body; several (a multi-output compute): the list of bodies.
+            body = self.expr(op.body, k) if op.num_outputs == 1 else [self.expr(b, k) for b in op.bodies]
+            return {"kind": "compute", "name": op.name, "shape": shape, "axis": axis, "body": body,
                     "attrs": self.attrs(op.attrs, k), "tag": op.tag}
         if isinstance(op, ScanOp):
             refs = {f: [self.ref(t, k, f"{where}.{f}[{j}]") for j, t in enumerate(getattr(op, f))]
@@ -333,9 +335,27 @@ class _Decoder(ExprDecoder):
                      for j, (vid, ext) in enumerate(zip(ids, shape)))
         self.bound = bound
         self.index_env = {iv.var: Interval(iv.dom_min, iv.dom_extent) for iv in axis}
-        body = self.expr(o["body"], f"{path}.body", k, allow_reduce=True)
+        raw = o["body"]
+        if not isinstance(raw, list):
+            bodies = [self.expr(raw, f"{path}.body", k, allow_reduce=True)]
+        else:  # a multi-output compute: one body per output, reductions over the same axes
+            if len(raw) < 2:
+                fail_at("a list of bodies (a multi-output compute) needs at least two", f"{path}.body")
+            spatial = dict(bound)
+            bodies = []
+            for j, b in enumerate(raw):
+                self.bound = dict(spatial)  # each body may bind the shared reduce axes again
+                bodies.append(self.expr(b, f"{path}.body[{j}]", k, allow_reduce=True))
+                bound.update(self.bound)
+            self.bound = bound
         attrs = self.attrs(o, path, k)
-        return ComputeOp(name, axis, body, attrs, self.typed(o, "tag", path, str)), bound
+        tag = self.typed(o, "tag", path, str)
+        try:
+            op = ComputeOp(name, axis, bodies[0], attrs, tag, tuple(bodies[1:]))
+        except InvalidWorkloadError as e:
+            fail_at(str(e), f"{path}.body")
+        check_iter_names(op, path)
+        return op, bound
 
     def attrs(self, o: dict, path: str, k: int) -> dict:
         attrs = self.typed(o, "attrs", path, dict)

@@ -96,6 +96,14 @@ def _and(mask, cond):
     return cond if mask is None else np.logical_and(mask, cond)
 
 
+def _outputs_apart(op: ComputeOp) -> list:
+    """One single-output compute per output of ``op`` (``op`` itself when it has one):
+    the outputs of a multi-output compute are independent functions of the same indices."""
+    if op.num_outputs == 1:
+        return [op]
+    return [ComputeOp(op.name, op.axis, b, op.attrs, op.tag) for b in op.bodies]
+
+
 def _use_counts(e: Expr) -> dict:
     """How many parents each node of ``e`` has (shared sub-expressions count > 1)."""
     counts: dict[int, int] = {}
@@ -268,9 +276,10 @@ class _DagEvaluator:
             if isinstance(op, ScanOp):
                 self._eval_scan(op, bodies[id(op)])
             elif isinstance(op, ComputeOp):
-                out = np.empty(self.shape(op.output(0)), op.dtype)
-                self._fill_compute(op, out)
-                self.values[op.output(0)] = out
+                for k, one in enumerate(_outputs_apart(op)):
+                    out = np.empty(self.shape(op.output(k)), one.dtype)
+                    self._fill_compute(one, out)
+                    self.values[op.output(k)] = out
             else:
                 raise InvalidWorkloadError(f"cannot evaluate operation {type(op).__name__}")
 
@@ -374,12 +383,14 @@ class _DagEvaluator:
         for state, out in zip(scan.state_placeholder, outs):
             self.values[state] = out
         for op in body:
-            self.values[op.output(0)] = np.zeros(self.shape(op.output(0)), op.dtype)
+            for k, one in enumerate(_outputs_apart(op)):
+                self.values[op.output(k)] = np.zeros(self.shape(op.output(k)), one.dtype)
         for t in range(init_lens.pop(), outs[0].shape[0]):
             self.scalars[scan.scan_axis.var] = np.array(t, scan.scan_axis.var.dtype)
             for op in body:
                 p = t - self.int_value(op.axis[0].dom_min, op.name) if op.axis else 0
-                self._fill_compute(op, self.values[op.output(0)], (p, p + 1))
+                for k, one in enumerate(_outputs_apart(op)):
+                    self._fill_compute(one, self.values[op.output(k)], (p, p + 1))
             for upd, out in zip(scan.update, outs):
                 out[t] = self.values[upd][t]
         for k, out in enumerate(outs):

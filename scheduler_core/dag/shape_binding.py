@@ -72,7 +72,7 @@ def _free_vars(dag: ComputeDAG) -> list:
             axes = list(op.axis) + list(op.reduce_axis)
             bound.update(id(iv.var) for iv in axes)
             exprs.extend(x for iv in axes for x in (iv.dom_min, iv.dom_extent))
-            exprs.append(op.body)
+            exprs.extend(op.bodies)
         elif isinstance(op, ScanOp):
             bound.add(id(op.scan_axis.var))
             exprs.extend((op.scan_axis.dom_min, op.scan_axis.dom_extent))

@@ -14,7 +14,7 @@ from typing import Any
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.ir.expr import Expr, IterVar, Reduce, TensorLoad, Var, as_expr
-from scheduler_core.ir.expr_functor import walk
+from scheduler_core.ir.expr_functor import structural_equal, walk
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,13 +104,38 @@ class PlaceholderOp(Operation):
 
 @dataclass(frozen=True, eq=False)
 class ComputeOp(Operation):
-    """``out[axis] = body`` for every point of ``axis`` (a reduction if body is Reduce)."""
+    """``out[axis] = body`` for every point of ``axis`` (a reduction if body is Reduce).
+
+    A compute with several outputs (TVM's multi-output ComputeOp, ``te.compute`` whose
+    function returns a tuple) is one op: output 0 is ``body``, output ``k >= 1`` is
+    ``extra_bodies[k - 1]``; ``bodies`` lists them all.  The outputs share the shape and
+    the loop nest; their dtypes may differ.  Either no body is a reduction or all are,
+    over the same reduce axes (the same variables and domains) with the same combiner
+    and condition, sources free (TVM's ComputeOp verifier asks the same of the Reduce
+    nodes of one op, "except value_index").  A reduction is always a whole body.
+
+    Raises InvalidWorkloadError at construction when the bodies break these rules.
+    """
 
     name: str
     axis: tuple  # tuple[IterVar] spatial axes, outermost first
     body: Expr
     attrs: dict = field(default_factory=dict)
     tag: str = ""
+    extra_bodies: tuple = ()  # tuple[Expr], the bodies of outputs 1, 2, ...
+
+    def __post_init__(self):
+        if self.extra_bodies:
+            check_multi_output_bodies(self.name, self.bodies)
+
+    @property
+    def bodies(self) -> tuple:
+        """The body of every output, output 0 first (TVM's ``ComputeOp.body``)."""
+        return (self.body,) + tuple(self.extra_bodies)
+
+    @property
+    def num_outputs(self) -> int:  # type: ignore[override]
+        return 1 + len(self.extra_bodies)
 
     @property
     def reduce_axis(self) -> tuple:
@@ -122,18 +147,82 @@ class ComputeOp(Operation):
 
     @property
     def dtype(self) -> str:
+        """The dtype of output 0."""
         return self.body.dtype
 
     def output_shape(self, i: int) -> tuple:
         return self.shape
 
     def output_dtype(self, i: int) -> str:
-        return self.body.dtype
+        return self.bodies[i].dtype
 
     def input_tensors(self) -> list:
-        return tensors_read(self.body)
+        if not self.extra_bodies:
+            return tensors_read(self.body)
+        out: list = []
+        for b in self.bodies:
+            out.extend(t for t in tensors_read(b) if t not in out)
+        return out
 
     __hash__ = object.__hash__
+
+
+def check_multi_output_bodies(name: str, bodies: Sequence) -> None:
+    """Raise InvalidWorkloadError unless ``bodies`` (of compute ``name``) may form one op:
+    all reductions or none; reductions over the same reduce axes (same variables and
+    domains), with the same combiner and the same condition; a reduction only as a whole
+    body.  TVM: ``ComputeVerifier`` in ``src/te/operation/compute_op.cc``."""
+    first = bodies[0]
+    for k, b in enumerate(bodies):
+        if not isinstance(b, Expr):
+            raise InvalidWorkloadError(f"compute {name}: output {k} is {type(b).__name__}, not an expression")
+        if isinstance(b, Reduce) != isinstance(first, Reduce):
+            raise InvalidWorkloadError(
+                f"compute {name}: output 0 {'is' if isinstance(first, Reduce) else 'is not'} a reduction "
+                f"but output {k} {'is' if isinstance(b, Reduce) else 'is not'}; the outputs of one compute "
+                "are all reductions or none")
+        for n in walk(b.source if isinstance(b, Reduce) else b):
+            if isinstance(n, Reduce):
+                raise InvalidWorkloadError(
+                    f"compute {name}: a reduction must be the whole body of output {k}, not nested inside it")
+        if k == 0 or not isinstance(b, Reduce):
+            continue
+        assert isinstance(first, Reduce)
+        if b.combiner != first.combiner:
+            raise InvalidWorkloadError(f"compute {name}: output {k} reduces with {b.combiner} but output 0 "
+                                       f"with {first.combiner}; the reductions of one compute share the combiner")
+        if len(b.axis) != len(first.axis) or any(
+                x.var is not y.var or not structural_equal(x.dom_min, y.dom_min)
+                or not structural_equal(x.dom_extent, y.dom_extent) for x, y in zip(b.axis, first.axis)):
+            raise InvalidWorkloadError(
+                f"compute {name}: output {k} reduces over [{', '.join(iv.var.name for iv in b.axis)}] but "
+                f"output 0 over [{', '.join(iv.var.name for iv in first.axis)}]; the reductions of one "
+                "compute share the same reduce_axis objects")
+        same_cond = (b.condition is None and first.condition is None) or (
+            b.condition is not None and first.condition is not None
+            and structural_equal(b.condition, first.condition))
+        if not same_cond:
+            raise InvalidWorkloadError(f"compute {name}: output {k} has another reduction condition (where=) "
+                                       "than output 0; the reductions of one compute share it")
+
+
+def check_iter_names(op: Any, path: str = "") -> None:
+    """Raise InvalidWorkloadError(path=path) when two iterators of compute ``op`` (its
+    spatial axes and reduce axes) share a name, naming both and the compute.  Stages,
+    step records and lowering tell a stage's iterators apart by name, so they must be
+    unique; TVM's ``CheckComputeValidity`` (``src/auto_scheduler/compute_dag.cc``)
+    rejects the same when a ComputeDAG is built.  Other ops pass."""
+    if not isinstance(op, ComputeOp):
+        return
+    seen: dict = {}
+    labelled = [(iv, f"axis {iv.var.name} (axis[{j}])") for j, iv in enumerate(op.axis)]
+    labelled += [(iv, f"reduce axis {iv.var.name} (reduce_axis[{j}])") for j, iv in enumerate(op.reduce_axis)]
+    for iv, label in labelled:
+        if iv.var.name in seen:
+            raise InvalidWorkloadError(
+                f"compute {op.name}: {label} has the same name as {seen[iv.var.name]}; iterator names "
+                "must be unique within a compute (give each axis its own name)", path)
+        seen[iv.var.name] = label
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,8 +315,8 @@ def dag_ops(tensors: Sequence[Tensor]) -> tuple:
 
     Ops are those reachable from the computed tensors (or from all tensors when none is
     computed).  Raises InvalidWorkloadError for an empty list, a non-Tensor entry, a cycle,
-    or a placeholder that the computation reads but that is not among ``tensors`` (scan
-    states excepted).
+    a placeholder that the computation reads but that is not among ``tensors`` (scan
+    states excepted), or a compute with two iterators of one name (:func:`check_iter_names`).
     """
     tensors = list(tensors)
     if not tensors:
@@ -244,4 +333,5 @@ def dag_ops(tensors: Sequence[Tensor]) -> tuple:
             raise InvalidWorkloadError(
                 f"placeholder {op.name} is read by the computation but is not among the tensors"
             )
+        check_iter_names(op)
     return ops

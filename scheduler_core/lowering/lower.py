@@ -27,6 +27,7 @@ from scheduler_core.ir import tir as T
 from scheduler_core.ir.bound import (
     Interval,
     canonical,
+    const_diff,
     interval,
     simplify_divmod,
     union,
@@ -45,8 +46,11 @@ from scheduler_core.ir.expr_functor import reduce_identity, substitute, transfor
 from scheduler_core.ir.simplify import const_value, simplify
 from scheduler_core.schedule.iter_index import leaf_extents, root_values_with_guards
 from scheduler_core.schedule.loop_state import State, scan_body_stages
+from scheduler_core.schedule.transform_step import check_compute_locations
 
 _KIND = {"none": "serial", "unroll": "unrolled", "vectorize": "vectorized", "parallel": "parallel"}
+_COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b,
+            "max": lambda a, b: binary("max", a, b), "min": lambda a, b: binary("min", a, b)}
 
 
 def _key(t: Tensor) -> tuple:
@@ -96,7 +100,9 @@ class _Plan:
     """Attach tree, regions and buffers of every stage of ``state``."""
 
     def __init__(self, state: State, args: list):
-        self.state = state
+        # The steps leave compute locations to the final state, as TVM's do; its
+        # InferBound refuses an impossible one, and so does this (naming stage and loop).
+        self.state = check_compute_locations(state)
         self.stages = state.stages
         self.args = args
         self.n = len(self.stages)
@@ -112,7 +118,7 @@ class _Plan:
         self.leaf_ext: dict[int, dict] = {}  # stage id -> {leaf iterator name: extent}
         self.buffers: dict = {}  # tensor key -> BufferInfo
         self.allocs_root: list = []
-        self.allocs_at: dict = {}  # stage id -> BufferInfo to allocate at its attach point
+        self.allocs_at: dict = {}  # stage id -> [BufferInfo] to allocate at its attach point
         self._bind_args()
         for k in range(self.n - 1, -1, -1):
             if self.where[k] in ("placeholder", "inlined"):
@@ -217,13 +223,18 @@ class _Plan:
                 if k is not None and self.where[k] == "inlined":
                     op = self.stages[k].op
                     idx = tuple(self.inline(i) for i in n.indices)
-                    body = substitute(op.body, {iv.var: i for iv, i in zip(op.axis, idx)})
+                    body = substitute(op.bodies[n.tensor.value_index], {iv.var: i for iv, i in zip(op.axis, idx)})
                     return self.inline(body)
             return None
         return transform(e, fn)
 
-    def body_of(self, k: int) -> Expr:
-        return self.inline(self.stages[k].op.body)
+    def body_of(self, k: int, out: int = 0) -> Expr:
+        """Stage ``k``'s body of output ``out`` with the inlined stages substituted."""
+        return self.inline(self.stages[k].op.bodies[out])
+
+    def bodies_of(self, k: int) -> tuple:
+        """The bodies of every output of stage ``k`` (one for most ops), inlined."""
+        return tuple(self.body_of(k, i) for i in range(self.stages[k].op.num_outputs))
 
     # -- bound inference ---------------------------------------------------
     def full_region(self, k: int) -> list:
@@ -236,15 +247,18 @@ class _Plan:
             self.regions[k] = [Interval(simplify(as_expr(st.op.scan_axis.dom_min)),
                                         simplify(as_expr(st.op.scan_axis.dom_extent)))]
             return
-        if self.where[k] == "root" or any(st.op is t.op for t in self._scan_updates()):
+        if self.where[k] == "root" or self._is_scan_update(k):
             region = self.full_region(k)
-            if any(st.op is t.op for t in self._scan_updates()):
+            if self._is_scan_update(k):
                 scan_k = self.scan_of[k]
                 time = self.root_vals[scan_k][self.stages[scan_k].root[0].var.name]
                 region[0] = Interval(time, IntImm(1))
             self.regions[k] = region
             return
         self.regions[k] = self._region_from_consumers(k)
+
+    def _is_scan_update(self, k: int) -> bool:
+        return any(self.stages[k].op is t.op for t in self._scan_updates())
 
     def _scan_updates(self):
         out: list = []
@@ -309,7 +323,7 @@ class _Plan:
                 continue
             if isinstance(self.stages[c].op, ScanOp):
                 continue
-            loads = [n for n in _loads(self.body_of(c)) if n.tensor.op is op]
+            loads = [n for b in self.bodies_of(c) for n in _loads(b) if n.tensor.op is op]
             if not loads:
                 continue
             if c not in inside:
@@ -317,9 +331,15 @@ class _Plan:
                     f"{self.stages[k].name} is computed inside {self.stages[tgt].name}.{it_name} "
                     f"but {self.stages[c].name} reads it outside that loop")
             sub = self._root_sub(c)
+            ranges = self._root_ranges(c, env)
             for ld in loads:
                 for d, idx in enumerate(ld.indices):
-                    reads[d].append(interval(substitute(idx, sub), env))
+                    # Two supersets of the reads: the index over the relaxed loops, and the
+                    # index over the consumer's root axes kept inside its region by its
+                    # guards (TVM's PassUpDomain: a non-divisible split of a consumer
+                    # axis still covers only that axis's range).  Their intersection is too.
+                    reads[d].append(_intersect(interval(substitute(idx, sub), env),
+                                               interval(idx, {**env, **ranges})))
         full = self.full_region(k)
         region = []
         for d, rs in enumerate(reads):
@@ -331,6 +351,26 @@ class _Plan:
                 u = full[d]
             region.append(u)
         return region
+
+    def _root_ranges(self, c: int, env: dict) -> dict:
+        """Root var of stage ``c`` -> the values it takes where ``c``'s body runs, with the
+        loop variables of ``env`` relaxed: its values over the loops, cut to ``c``'s region
+        (spatial axes) or domain (reduce axes), which the guards of ``c`` enforce."""
+        st = self.stages[c]
+        spatial = [iv for iv in st.root if iv.kind != "reduce"]
+        dom = {iv.var.name: r for iv, r in zip(spatial, self.regions[c])}
+        for iv in st.root:
+            if iv.kind == "reduce":
+                dom[iv.var.name] = Interval(simplify(as_expr(iv.dom_min)), simplify(as_expr(iv.dom_extent)))
+        out = {}
+        for iv in st.root:
+            r = dom.get(iv.var.name)
+            lo = None if r is None else interval(r.lo, env)
+            within = None if lo is None or r is None else _add_extent(lo, r.extent)
+            out[iv.var] = _intersect(interval(self.root_vals[c][iv.var.name], env), within)
+            if out[iv.var] is None:
+                del out[iv.var]
+        return out
 
     def _root_sub(self, c: int) -> dict:
         st = self.stages[c]
@@ -364,8 +404,13 @@ class _Plan:
             if iv.kind == "reduce":
                 out[iv.var.name] = simplify(as_expr(iv.dom_min) + vals[iv.var.name])
         self.root_vals[k] = out
-        # Guard an over-approximated region against the op's real domain.
-        if self.where[k] == "iter" and k not in self.scan_of:
+        # Guard an over-approximated region against the op's real domain (TVM's
+        # MakeBoundCheck).  A stage of a scan's body is no exception: attached inside a
+        # loop of another body stage, its region is a tile of that loop, which a
+        # non-divisible split can push past the op's domain (past the last step too).
+        # A scan's update stage is exact: one time step (the scan's own guard keeps the
+        # time inside the scan) and whole dimensions otherwise.
+        if self.where[k] == "iter" and not self._is_scan_update(k):
             full = self.full_region(k)
             for iv, r, f in zip(spatial, region, full):
                 if r is not f:
@@ -396,15 +441,21 @@ class _Plan:
 
     # -- buffers -----------------------------------------------------------
     def _assign_buffer(self, k: int):
+        """A buffer for each output of stage ``k`` (a multi-output compute has several)."""
+        for i in range(self.stages[k].op.num_outputs):
+            self._assign_output_buffer(k, i)
+
+    def _assign_output_buffer(self, k: int, i: int):
         st = self.stages[k]
-        t = st.op.output(0)
+        t = st.op.output(i)
         if self._tensor_info(t) is not None:
             self.buffers[_key(t)] = self._tensor_info(t)
             return
+        name = st.name if st.op.num_outputs == 1 else f"{st.name}.v{i}"
         if self.where[k] == "root":
             shape = tuple(simplify(as_expr(s)) for s in t.shape)
             strides = _row_major(shape, st.storage_align)
-            buf = T.Buffer(self._unique(st.name), t.dtype, (_size(shape, strides),), "global")
+            buf = T.Buffer(self._unique(name), t.dtype, (_size(shape, strides),), "global")
             info = BufferInfo(buf, tuple(IntImm(0) for _ in shape), strides)
             self.allocs_root.append(info)
         else:
@@ -412,10 +463,32 @@ class _Plan:
             shape = tuple(r.extent for r in region)
             strides = _row_major(shape, st.storage_align)
             scope = "shared" if self.is_shared(k) else "local"
-            buf = T.Buffer(self._unique(st.name), t.dtype, (_size(shape, strides),), scope)
+            buf = T.Buffer(self._unique(name), t.dtype, (_size(shape, strides),), scope)
             info = BufferInfo(buf, tuple(r.lo for r in region), strides)
-            self.allocs_at[k] = info
+            self.allocs_at.setdefault(k, []).append(info)
         self.buffers[_key(t)] = info
+
+
+def _add_extent(x: Interval, extent: Expr) -> Interval | None:
+    """The values ``x + [0, extent)``."""
+    e = const_value(extent)
+    if x.const_extent is None or not isinstance(e, int) or e < 1:
+        return None
+    return Interval(x.lo, IntImm(x.const_extent + e - 1))
+
+
+def _intersect(a: Interval | None, b: Interval | None) -> Interval | None:
+    """An interval holding ``a & b`` where both hold the same set (either when not comparable)."""
+    if a is None or b is None:
+        return b if a is None else a
+    d = const_diff(b.lo, a.lo)
+    ea, eb = a.const_extent, b.const_extent
+    if d is None or ea is None or eb is None:
+        return b if ea is None and eb is not None else a
+    lo, hi = max(0, d), min(ea, d + eb)
+    if hi <= lo:  # disjoint: no such point runs; keep a
+        return a
+    return Interval(canonical(a.lo + IntImm(lo)) if lo else a.lo, IntImm(hi - lo))
 
 
 def _vars_of(e) -> list:
@@ -481,8 +554,8 @@ class _Emitter:
         out = inner
         for c in reversed(kids):
             out = T.seq(self.emit(c), out)
-            if c in self.p.allocs_at:
-                out = T.Allocate(self.p.allocs_at[c].buffer, out)
+            for info in reversed(self.p.allocs_at.get(c, [])):
+                out = T.Allocate(info.buffer, out)
         return out
 
     def _nest(self, k: int, iters, innermost: T.Stmt, with_attached: bool = True) -> T.Stmt:
@@ -511,38 +584,44 @@ class _Emitter:
             last = st.iters[-1]
             step = self._guarded(p.guards[k], self._attached(k, last.name, T.SeqStmt(())))
             return self._nest(k, st.iters[:-1], self._loop(k, last, step))
-        info = p.buffers[_key(st.op.output(0))]
         spatial = [iv for iv in st.root if iv.kind != "reduce"]
         idx = [p.root_vals[k][iv.var.name] for iv in spatial]
-        flat = self.tidy(info.flat_index(idx))
-        body = p.body_of(k)
+        # One (buffer, flat index, body) per output: a multi-output compute stores each
+        # output in the same loop nest (TVM's MakeComputeStmt: one Provide per output).
+        outs = []
+        for i in range(st.op.num_outputs):
+            info = p.buffers[_key(st.op.output(i))]
+            outs.append((info, self.tidy(info.flat_index(idx)), p.body_of(k, i)))
         guards = [simplify(substitute(g, {})) for g in p.guards[k]]
-        if not isinstance(body, Reduce):
-            store = T.Store(info.buffer, flat, self.lower_expr(body, k))
-            return self._nest(k, st.iters, self._guarded(guards, store))
-        return self._emit_reduce(k, st, info, flat, body, guards)
+        if not isinstance(outs[0][2], Reduce):
+            stores = [T.Store(info.buffer, flat, self.lower_expr(body, k)) for info, flat, body in outs]
+            return self._nest(k, st.iters, self._guarded(guards, T.seq(*stores)))
+        return self._emit_reduce(k, st, outs, guards)
 
-    def _emit_reduce(self, k, st, info, flat, body: Reduce, guards) -> T.Stmt:
+    def _emit_reduce(self, k, st, outs: list, guards) -> T.Stmt:
+        """The init nest and the update nest of a reduction stage; ``outs``: (BufferInfo,
+        flat index, Reduce body) per output, the Reduces sharing axes, combiner and condition."""
         p = self.p
-        reduce_names = {iv.var.name for iv in st.root if iv.kind == "reduce"}
         red_vars = {p.leaf_vars[k][it.name] for it in st.iters if it.kind == "reduce"}
-        cur = BufferLoad(info.buffer, flat, body.dtype)
-        src = self.lower_expr(body.source, k)
+        first_body: Reduce = outs[0][2]
         upd_conds = list(guards)
-        if body.condition is not None:
-            upd_conds.append(self.lower_expr(body.condition, k))
-        value = {"sum": lambda: cur + src, "prod": lambda: cur * src,
-                 "max": lambda: binary("max", cur, src), "min": lambda: binary("min", cur, src)}[body.combiner]()
-        update = self._guarded(upd_conds, T.Store(info.buffer, flat, value))
+        if first_body.condition is not None:
+            upd_conds.append(self.lower_expr(first_body.condition, k))
+        updates, inits = [], []
+        for info, flat, body in outs:
+            cur = BufferLoad(info.buffer, flat, body.dtype)
+            src = self.lower_expr(body.source, k)
+            updates.append(T.Store(info.buffer, flat, _COMBINE[body.combiner](cur, src)))
+            inits.append(T.Store(info.buffer, flat, reduce_identity(body.combiner, body.dtype)))
+        update = self._guarded(upd_conds, T.seq(*updates))
         first = next(i for i, it in enumerate(st.iters) if it.kind == "reduce")
         outer, rest = st.iters[:first], st.iters[first:]
         init_iters = [it for it in rest if it.kind != "reduce"]
         init_guards = [g for g in guards if not (_vars_of(g) and set(map(id, _vars_of(g))) & set(map(id, red_vars)))]
-        init = self._guarded(init_guards, T.Store(info.buffer, flat, reduce_identity(body.combiner, body.dtype)))
+        init = self._guarded(init_guards, T.seq(*inits))
         init_nest = self._nest(k, init_iters, init, with_attached=False)
         main = self._nest(k, rest, update)
         inner = T.seq(init_nest, main)
-        del reduce_names
         return self._nest(k, outer, inner)
 
     def emit_all(self) -> T.Stmt:

@@ -224,7 +224,7 @@ class LocalRunner:
             else:
                 path = os.path.join(self._data_dir, f"ref{len(self._reference_files)}.npz")
                 named = {f"in{k}": a for k, a in enumerate(arrays)}
-                named.update({f"out{k}": np.ascontiguousarray(a) for k, a in enumerate(expected)})
+                named.update({f"out{k}": c_array(a) for k, a in enumerate(expected)})
                 np.savez(path, **named)
                 self._reference_files[key] = (path, "")
         return self._reference_files[key]
@@ -309,7 +309,8 @@ def _to_measure_result(outcome, build_cost_s: float, timeout_s: float) -> Measur
 # ---------------------------------------------------------------------------
 
 def arg_specs(args) -> list:
-    """``[(name, shape, dtype, is_output), ...]`` of the argument tensors, shapes as int lists.
+    """``[(name, shape, dtype, is_output), ...]`` of the argument tensors, shapes as int lists
+    (``[]`` for a zero-rank tensor; its arrays have shape ``()``, never ``(1,)``).
 
     Raises ValueError for a symbolic shape (such a workload cannot be measured/tuned).
     """
@@ -321,6 +322,15 @@ def arg_specs(args) -> list:
                              " only concrete shapes can be measured (bind the variables first)")
         specs.append((t.name, shape, str(t.dtype), not isinstance(t.op, PlaceholderOp)))
     return specs
+
+
+def c_array(a) -> np.ndarray:
+    """``a`` (an array or numpy scalar) as a C-contiguous ndarray of the same shape.
+
+    Unlike ``np.ascontiguousarray``, which returns at least one dimension, a zero-rank
+    value stays zero-rank (shape ``()``), the shape of a zero-rank tensor's argument.
+    """
+    return np.asarray(a, order="C")
 
 
 def random_inputs(specs: list, seed: int = INPUT_SEED) -> list:
@@ -337,12 +347,13 @@ def random_inputs(specs: list, seed: int = INPUT_SEED) -> list:
             a = rng.integers(1, 8, size=shape).astype(dtype)
         else:
             a = rng.random(shape) < 0.5
-        arrays.append(np.ascontiguousarray(a))
+        arrays.append(c_array(a))
     return arrays
 
 
 def empty_outputs(specs: list) -> list:
-    """Output buffers: NaN for floats (so elements a program never writes show up), zeros otherwise."""
+    """Output buffers of the specs' shapes (``()`` for a zero-rank output): NaN for floats (so
+    elements a program never writes show up), zeros otherwise."""
     return [np.full(shape, np.nan, dtype) if np.dtype(dtype).kind == "f" else np.zeros(shape, dtype)
             for _, shape, dtype, is_output in specs if is_output]
 

@@ -154,7 +154,7 @@ class DeviceBuffer:
 
     def set(self, host: np.ndarray) -> DeviceBuffer:
         """Copy ``host`` (this shape; converted to this dtype) to the device."""
-        src = np.ascontiguousarray(host, dtype=self.dtype)
+        src = np.asarray(host, dtype=self.dtype, order="C")  # (ascontiguousarray would make () (1,))
         if src.shape != self.shape:
             raise ValueError(f"copy to device: shape {src.shape} does not match {self.shape}")
         with device_context(self.index) as drv:
@@ -171,7 +171,7 @@ class DeviceBuffer:
 
 def to_device(host: np.ndarray, index: int = 0) -> DeviceBuffer:
     """A new DeviceBuffer holding a copy of ``host``."""
-    host = np.ascontiguousarray(host)
+    host = np.asarray(host, order="C")  # a zero-rank array stays shape ()
     return DeviceBuffer(host.shape, host.dtype, index).set(host)
 
 

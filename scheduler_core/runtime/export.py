@@ -94,7 +94,8 @@ def link_shared(object_path: str | os.PathLike, out_path: str | os.PathLike) -> 
 def header_text(signature, library_name: str = "") -> str:
     """A C header declaring the entry function of ``signature`` and its meta string.
 
-    Each buffer argument is commented with its dtype and shape; symbolic sizes
+    Each buffer argument is commented with its dtype and shape (a zero-rank tensor,
+    shape ``()``, is ``float32[]``: a pointer to its one element); symbolic sizes
     are int32 arguments after the pointers.  Tensor names become C identifiers
     (``base.c_names.c_identifiers``, as in the generated code) and everything else
     that comes from a user goes through ``comment_text``, so no name can end a comment
@@ -124,7 +125,8 @@ def header_text(signature, library_name: str = "") -> str:
     ]
     for p, nm in zip(signature.params, names):
         dims = ", ".join(str(d) for d in p.shape)
-        lines.append(comment_text(f" *   {nm}: {p.dtype}[{dims}]"))
+        rank0 = "" if p.shape else " (zero-rank: a pointer to one element)"
+        lines.append(comment_text(f" *   {nm}: {p.dtype}[{dims}]{rank0}"))
     for nm in names[len(signature.params):]:
         lines.append(f" *   {nm}: int32 symbolic size")
     lines += [

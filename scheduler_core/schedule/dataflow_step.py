@@ -54,7 +54,8 @@ def rebuild_op(op, mapping: dict):
         if "layout_free_placeholders" in attrs:
             attrs["layout_free_placeholders"] = [
                 mapping.get(_key(t), t) for t in attrs["layout_free_placeholders"]]
-        return ComputeOp(op.name, op.axis, _replace_loads(op.body, mapping), attrs, op.tag)
+        return ComputeOp(op.name, op.axis, _replace_loads(op.body, mapping), attrs, op.tag,
+                         tuple(_replace_loads(b, mapping) for b in op.extra_bodies))
     if isinstance(op, ScanOp):
         sub = lambda ts_: tuple(mapping.get(_key(t), t) for t in ts_)  # noqa: E731
         new = ScanOp(op.name, op.scan_axis, sub(op.init), sub(op.update),
@@ -93,9 +94,33 @@ def _is_output(state: State, stage_id: int) -> bool:
     return any(t.op is st.origin_op for t in state.dag.outputs)
 
 
+def cache_stage_name(state: State, name: str, scope: str) -> str:
+    """The name of a new cache stage of tensor ``name`` in ``scope``: ``<name>.<scope>``,
+    with ``.d`` appended to ``name`` while a stage of that name exists (``A.shared``,
+    ``A.d.shared``, ``A.d.d.shared``).
+
+    This is te's ``Schedule::cache_read`` (``schedule_dataflow_rewrite.cc``: "when a
+    schedule has multiple cache_read on the same tensor, we make sure their op names are
+    unique"), which TVM's CacheReadStep replays.  te's cache_write does not do it (a
+    second cache_write of ``C`` gives a second ``C.local``); here CacheWriteStep uses the
+    same rule, so that stage names, which name buffers, printed schedules and
+    ``State.stage_index`` lookups, stay unique.
+    """
+    taken = {st.name for st in state.stages}
+    while f"{name}.{scope}" in taken:
+        name += ".d"
+    return f"{name}.{scope}"
+
+
 @dataclass(frozen=True)
 class ComputeInlineStep:
-    """CI: inline an element-wise stage into its consumers."""
+    """CI: inline an element-wise stage into its consumers.
+
+    Raises ScheduleError for a bad stage id, a placeholder, a reduction, an output, a
+    scan's init or update, and (as TVM's ComputeInlineStep) a stage that other stages
+    are computed at.  Where the stages it reads are computed is checked on the final
+    state, at lowering (:func:`transform_step.check_compute_locations`).
+    """
 
     stage_id: int
 
@@ -103,6 +128,7 @@ class ComputeInlineStep:
         st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(st.op_type == "compute", f"only compute stages can be inlined; {st.name} is a {st.op_type}")
         check(not isinstance(st.op.body, Reduce), f"cannot inline {st.name}: it is a reduction")
+        check(st.op.num_outputs == 1, f"cannot inline {st.name}: it has {st.op.num_outputs} outputs")
         check(not _is_output(state, self.stage_id), f"cannot inline {st.name}: it is an output")
         check(not state.attached_to(self.stage_id),
               f"cannot inline {st.name}: other stages are computed at its loops")
@@ -111,7 +137,7 @@ class ComputeInlineStep:
                 check(not any(t.op is st.op for t in sc.op.init + sc.op.update),
                       f"cannot inline {st.name}: it is a scan's init or update")
         st = replace(st, compute_at="inlined", attach=None)
-        return ts.check_compute_locations(state.with_stage(self.stage_id, st)).with_step(self)
+        return state.with_stage(self.stage_id, st).with_step(self)
 
     def to_record(self) -> list:
         return ["CI", self.stage_id]
@@ -121,7 +147,11 @@ class ComputeInlineStep:
 class CacheReadStep:
     """CHR: copy stage ``stage_id``'s output into ``<name>.<scope>`` for ``reader_stage_ids``.
 
-    The cache stage is inserted right after ``stage_id``.
+    The cache stage is inserted right after ``stage_id`` and named by
+    :func:`cache_stage_name` (a second cache of the same tensor in the same scope is
+    ``<name>.d.<scope>``, as te's cache_read names it).  Raises ScheduleError for a bad
+    stage id, a multi-output op, no readers or a reader that does not read the stage.
+    Where the new stage is computed is checked at lowering, on the final state.
     """
 
     stage_id: int
@@ -139,14 +169,14 @@ class CacheReadStep:
                 _key(x) == _key(t) for x in state.stages[r].op.input_tensors()),
                 f"stage #{r} does not read {st.name}")
         axes = _fresh_axes(t.shape)
-        cache = ComputeOp(f"{st.name}.{self.scope_name}", axes,
+        cache = ComputeOp(cache_stage_name(state, st.name, self.scope_name), axes,
                           TensorLoad(t, tuple(a.var for a in axes), t.dtype))
         state = rewrite_dataflow(state, {_key(t): cache.output(0)}, only=readers)
         pos = self.stage_id + 1
         state = state.insert_stage(pos, make_stage(cache, origin_op=None))
         state = replace(state, stages=tuple(
             replace(s, origin_op=None) if s.op is cache else s for s in state.stages))
-        return ts.check_compute_locations(state).with_step(self)
+        return state.with_step(self)
 
     def to_record(self) -> list:
         return ["CHR", self.stage_id, self.scope_name, list(self.reader_stage_ids)]
@@ -160,17 +190,21 @@ def _replace_with_pair(state: State, stage_id: int, new_op, producer_op) -> Stat
     new_stage = replace(make_stage(new_op, origin_op=st.origin_op), compute_at=st.compute_at,
                         attach=st.attach)
     state = state.with_stage(stage_id, new_stage)
-    state = rewrite_dataflow(state, {_key(st.op.output(0)): new_op.output(0)})
-    state = state.insert_stage(stage_id, replace(make_stage(producer_op), origin_op=None))
-    return ts.check_compute_locations(state)
+    state = rewrite_dataflow(state, {_key(st.op.output(v)): new_op.output(v) for v in range(st.op.num_outputs)})
+    return state.insert_stage(stage_id, replace(make_stage(producer_op), origin_op=None))
 
 
 @dataclass(frozen=True)
 class CacheWriteStep:
     """CHW: compute ``stage_id`` into ``<name>.<scope>``, then copy it to the real output.
 
+    The new stage is named by :func:`cache_stage_name` (``<name>.d.<scope>`` when
+    ``<name>.<scope>`` exists, e.g. after a first cache_write).
+
     The new stage holding the computation is inserted before ``stage_id``; the
-    original stage becomes an element-wise copy with fresh, untransformed loops.
+    original stage becomes an element-wise copy with fresh, untransformed loops.  For a
+    multi-output op the new stage computes every output and the copy stage copies each
+    one, all in one loop nest (TVM's cache_write of a multi-output ComputeOp).
     """
 
     stage_id: int
@@ -183,9 +217,14 @@ class CacheWriteStep:
         check(not st.is_transformed(), f"cache_write on {st.name} must come before its loops are transformed")
         check(not state.attached_to(self.stage_id), f"cache_write on {st.name}: stages are attached to it")
         op = st.op
-        local = ComputeOp(f"{op.name}.{self.scope_name}", op.axis, op.body, dict(op.attrs), op.tag)
+        local = ComputeOp(cache_stage_name(state, op.name, self.scope_name), op.axis, op.body, dict(op.attrs),
+                          op.tag, op.extra_bodies)
         axes = tuple(IterVar(Var(a.var.name), a.dom_min, a.dom_extent, "spatial") for a in op.axis)
-        copy = ComputeOp(op.name, axes, TensorLoad(local.output(0), tuple(a.var for a in axes), local.dtype))
+        # A multi-output op: one cache stage computes every output, the copy stage copies
+        # each (TVM's CacheWrite of a multi-output ComputeOp).
+        copies = [TensorLoad(local.output(v), tuple(a.var for a in axes), local.output(v).dtype)
+                  for v in range(op.num_outputs)]
+        copy = ComputeOp(op.name, axes, copies[0], extra_bodies=tuple(copies[1:]))
         return _replace_with_pair(state, self.stage_id, copy, local).with_step(self)
 
     def to_record(self) -> list:
@@ -211,6 +250,7 @@ class RfactorStep:
         op = st.op
         check(isinstance(op, ComputeOp) and isinstance(op.body, Reduce),
               f"rfactor needs a reduction stage; {st.name} is not one")
+        check(op.num_outputs == 1, f"rfactor of {st.name}: a reduction with several outputs is not supported")
         check(it.kind == "reduce", f"rfactor needs a reduce iterator; {it.name} is {it.kind}")
         check(0 <= self.factor_iter_id <= len(op.axis), "factor_iter_id out of range")
         check(not state.attached_to(self.stage_id), f"rfactor on {st.name}: stages are attached to it")
@@ -278,8 +318,12 @@ def step_from_record(rec: list):
             return ts.FuseStep(int(rec[1]), tuple(int(x) for x in rec[2]))
         if kind == "RE":
             return ts.ReorderStep(int(rec[1]), tuple(int(x) for x in rec[2]))
-        if kind == "AN":
-            return ts.AnnotationStep(int(rec[1]), int(rec[2]), ANNOTATIONS[int(rec[3])])
+        if kind == "AN":  # the code is TVM's IteratorAnnotation (loop_state.ANNOTATIONS)
+            code = int(rec[3])
+            if not 0 <= code < len(ANNOTATIONS):
+                raise ScheduleError(f"unknown annotation code {code} in step record {rec!r}; the codes are "
+                                    + ", ".join(f"{k}={name}" for k, name in enumerate(ANNOTATIONS)))
+            return ts.AnnotationStep(int(rec[1]), int(rec[2]), ANNOTATIONS[code])
         if kind == "PR":
             return ts.PragmaStep(int(rec[1]), int(rec[2]), str(rec[3]))
         if kind == "CA":
@@ -310,5 +354,5 @@ def replay_steps(dag, steps) -> State:
     return state
 
 
-__all__ = ["ComputeInlineStep", "CacheReadStep", "CacheWriteStep", "RfactorStep",
+__all__ = ["cache_stage_name", "ComputeInlineStep", "CacheReadStep", "CacheWriteStep", "RfactorStep",
            "step_from_record", "replay_steps", "rewrite_dataflow", "PlaceholderOp", "simplify"]

@@ -61,7 +61,7 @@ def _leaf_strides(stage) -> dict | None:
 def _rewrite_one(state: State, k: int, tensor) -> State:
     st = state.stages[k]
     op = st.op
-    loads = [n for n in _walk_loads(op.body) if n.tensor == tensor]
+    loads = [n for b in op.bodies for n in _walk_loads(b) if n.tensor == tensor]
     root_vars = {id(iv.var): iv for iv in st.root}
     if not loads:
         return state
@@ -102,11 +102,11 @@ def _rewrite_one(state: State, k: int, tensor) -> State:
         if isinstance(n, TensorLoad) and n.tensor == tensor:
             return TensorLoad(layout.output(0), new_idx, n.dtype)
         return None
-    new_body = transform(op.body, fn)
+    new_bodies = [transform(b, fn) for b in op.bodies]
     attrs = {a: v for a, v in op.attrs.items() if a != "layout_free_placeholders"}
-    consumer = ComputeOp(op.name, op.axis, new_body, attrs, op.tag)
+    consumer = ComputeOp(op.name, op.axis, new_bodies[0], attrs, op.tag, tuple(new_bodies[1:]))
     state = state.with_stage(k, replace(st, op=consumer))
-    state = rewrite_dataflow(state, {(id(op), 0): consumer.output(0)})
+    state = rewrite_dataflow(state, {(id(op), v): consumer.output(v) for v in range(op.num_outputs)})
     pos = state.stage_index(tensor.op) + 1
     lay = make_stage(layout, origin_op=None)
     lay = replace(lay, origin_op=None)

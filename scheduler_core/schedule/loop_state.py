@@ -26,11 +26,15 @@ from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, ScanOp
 from scheduler_core.ir.expr import Expr, IntImm, IterVar, as_expr, expr_str
 from scheduler_core.ir.simplify import const_value, simplify
 
+# The annotations, in the order of TVM's IteratorAnnotation (auto_scheduler/loop_state.h):
+# ``ANNOTATIONS[code]`` is the annotation of record code ``code`` (kNone=0, kUnroll=1,
+# kVectorize=2, kParallel=3, kVThread=4, kBlockX=5, kThreadX=6, kBlockY=7, kThreadY=8,
+# kBlockZ=9, kThreadZ=10; TVM's kTensorize=11 has no counterpart here).
 ANNOTATIONS = (
     "none", "unroll", "vectorize", "parallel", "vthread",
-    "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
+    "blockIdx.x", "threadIdx.x", "blockIdx.y", "threadIdx.y", "blockIdx.z", "threadIdx.z",
 )
-# Ansor's record encoding of IteratorAnnotation.
+# The record code of each annotation ("AN" steps): TVM's IteratorAnnotation value.
 ANNOTATION_CODE = {name: k for k, name in enumerate(ANNOTATIONS)}
 
 

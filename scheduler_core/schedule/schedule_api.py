@@ -15,7 +15,7 @@ from typing import Any
 
 from scheduler_core.base.errors import ScheduleError
 from scheduler_core.dag.compute_dag import ComputeDAG
-from scheduler_core.dag.tensor import PlaceholderOp, Tensor, post_order_ops
+from scheduler_core.dag.tensor import PlaceholderOp, Tensor, check_iter_names, post_order_ops
 from scheduler_core.ir.expr import IntImm, IterVar, Var
 
 from . import dataflow_step as df
@@ -43,8 +43,15 @@ class Schedule:
 
     @staticmethod
     def create(ops: Any) -> Schedule:
+        """The schedule of the ops that produce ``ops`` (``te.create_schedule``).
+
+        Raises InvalidWorkloadError on a cycle, or for a compute with two iterators of one
+        name (a stage tells its loops apart by name; ``ComputeDAG`` rejects the same).
+        """
         outs = _outputs(ops)
         all_ops = post_order_ops(outs)
+        for op in all_ops:
+            check_iter_names(op)
         placeholders = [op.output(0) for op in all_ops if isinstance(op, PlaceholderOp)]
         dag = ComputeDAG.__new__(ComputeDAG)
         dag.tensors = tuple(placeholders + outs)
@@ -75,11 +82,18 @@ class Schedule:
         self.apply(df.CacheReadStep(sid, scope, rids))
         return self.state.stages[sid + 1].op.output(0)
 
-    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
-        """Compute ``tensor`` into ``<name>.<scope>`` and copy it out (CHW)."""
-        sid = self.state.stage_index(tensor.op)
+    def cache_write(self, tensor: Tensor | list, scope: str) -> Any:
+        """Compute ``tensor`` into ``<name>.<scope>`` and copy it out (CHW).
+
+        ``tensor``: a tensor, or (TVM's spelling for a multi-output op) the list of its
+        outputs.  Returns the cache tensor, or for an op with several outputs the list of
+        the cache stage's tensors (the stage computes them all, as TVM's cache_write).
+        """
+        t = tensor[0] if isinstance(tensor, (list, tuple)) else tensor
+        sid = self.state.stage_index(t.op)
         self.apply(df.CacheWriteStep(sid, scope))
-        return self.state.stages[sid].op.output(0)
+        op = self.state.stages[sid].op
+        return op.output(0) if op.num_outputs == 1 else [op.output(v) for v in range(op.num_outputs)]
 
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         """Factor ``tensor``'s reduction over reduce iterator ``axis`` into a new stage (RF)."""
@@ -114,6 +128,13 @@ class StageHandle:
     @property
     def op(self):
         return self.stage.op
+
+    @property
+    def is_output(self) -> bool:
+        """Whether this stage computes an output of the schedule (TVM's ``Stage.is_output``;
+        ``ComputeDAG(sch)`` reads it)."""
+        origin = self.stage.origin_op
+        return origin is not None and any(t.op is origin for t in self.sch.state.dag.outputs)
 
     def _iter(self, x) -> int:
         name = x.var.name if isinstance(x, IterVar) else (x.name if isinstance(x, Var) else str(x))

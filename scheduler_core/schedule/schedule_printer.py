@@ -128,7 +128,9 @@ class _Printer:
             t = self.tensor_names[k]
             new = self._fresh(py_name(after.stages[k].name))
             if isinstance(step, df.CacheWriteStep):
-                self.lines.append(f'{new} = s.cache_write({t}, "{step.scope_name}")')
+                # A multi-output op's cache_write returns a list; any output names the stage.
+                first = "[0]" if after.stages[k].op.num_outputs > 1 else ""
+                self.lines.append(f'{new} = s.cache_write({t}, "{step.scope_name}"){first}')
             else:
                 self.lines.append(f"{new} = s.rfactor({t}, {self._it(k, step.iter_id)}, "
                                   f"factor_axis={step.factor_iter_id})")

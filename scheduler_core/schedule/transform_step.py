@@ -15,12 +15,13 @@ import functools
 import operator
 from dataclasses import dataclass, replace
 
-from scheduler_core.base.errors import ScheduleError, check
+from scheduler_core.base.errors import LoweringError, ScheduleError, check
 from scheduler_core.ir.expr import IntImm, as_expr
 from scheduler_core.ir.simplify import simplify
 
 from .iter_index import split_child_extents
 from .loop_state import (
+    ANNOTATION_CODE,
     ANNOTATIONS,
     FuseRel,
     Iterator,
@@ -35,10 +36,12 @@ def _prod(xs):
 
 
 def _stage_iter(state: State, stage_id: int, iter_id: int):
+    # An inlined stage keeps its loops, as in TVM's State: steps on them (or a stage
+    # computed at one of them) take effect once a later compute_root brings it back;
+    # lowering refuses a final state that still computes a stage at an inlined one.
     check(0 <= stage_id < len(state.stages), f"stage index {stage_id} out of range")
     st = state.stages[stage_id]
     check(st.op_type != "placeholder", f"stage {st.name} is a placeholder and has no loops")
-    check(st.compute_at != "inlined", f"stage {st.name} is inlined and has no loops")
     check(0 <= iter_id < len(st.iters), f"stage {st.name} has no iterator #{iter_id}")
     return st, st.iters[iter_id]
 
@@ -210,7 +213,13 @@ class FuseStep:
 
 @dataclass(frozen=True)
 class ReorderStep:
-    """RE: put the stage's iterators in the order ``after_ids`` (a permutation)."""
+    """RE: put the stage's iterators in the order ``after_ids`` (a permutation).
+
+    Raises ScheduleError for a bad stage id or an ``after_ids`` that is not a
+    permutation.  As TVM's ReorderStep, it does not look at compute locations or at
+    the order of a scan's time loops: a later step may still fix those, so lowering
+    checks the final state (:func:`check_compute_locations`, TVM's InferBound).
+    """
 
     stage_id: int
     after_ids: tuple
@@ -219,11 +228,8 @@ class ReorderStep:
         st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(sorted(self.after_ids) == list(range(len(st.iters))),
               f"reorder of {st.name} needs a permutation of 0..{len(st.iters) - 1}, got {list(self.after_ids)}")
-        time = [k for k in self.after_ids if st.iters[k].kind == "scan"]
-        check(time == sorted(time), f"reorder of {st.name} would run the scan's time loops out of order")
         iters = tuple(st.iters[k] for k in self.after_ids)
-        state = state.with_stage(self.stage_id, replace(st, iters=iters))
-        return check_compute_locations(state).with_step(self)
+        return state.with_stage(self.stage_id, replace(st, iters=iters)).with_step(self)
 
     def to_record(self) -> list:
         return ["RE", self.stage_id, list(self.after_ids)]
@@ -253,7 +259,7 @@ class AnnotationStep:
         return state.with_stage(self.stage_id, replace(st, iters=tuple(iters))).with_step(self)
 
     def to_record(self) -> list:
-        return ["AN", self.stage_id, self.iter_id, ANNOTATIONS.index(self.annotation)]
+        return ["AN", self.stage_id, self.iter_id, ANNOTATION_CODE[self.annotation]]
 
 
 @dataclass(frozen=True)
@@ -351,21 +357,75 @@ def attach_scope(state: State, target_stage_id: int, iter_name: str) -> set:
 
 
 def check_compute_locations(state: State) -> State:
-    """Raise ScheduleError unless every stage computed at a loop is read only inside it.
+    """Raise LoweringError unless every compute location of the final ``state`` can be lowered.
 
-    A stage attached at loop ``T.x`` computes the region its readers need in one
-    iteration of ``T.x``, so every (non-inlined) reader must run inside that
-    loop: TVM's "cannot find the producer along the loop nest" check of
-    InferBound, made at the step that breaks it.  Returns ``state``.
+    The steps do not check where stages end up: TVM's ComputeAtStep and ComputeRootStep
+    only move the stage (the stages attached to it stay attached to its iterators), so a
+    step sequence may pass through states that cannot be lowered and mend them later
+    (compute_at of a producer before its cache stage reader is placed, compute_root of a
+    stage while another is attached at its loops).  Lowering checks the state it gets,
+    as TVM's InferBound does (``compute_dag.cc`` InferBound, ``te/schedule/bound.cc``),
+    and refuses, naming the stage, the loop and why:
+
+    - a stage computed at a loop of an inlined stage (that loop never runs);
+    - compute locations that form a cycle;
+    - a scan whose time loops (pieces of its split time axis) were reordered out of
+      order: each time step reads the previous one;
+    - a stage computed at loop ``T.x`` and read by a (non-inlined) stage outside that
+      loop: it computes only what the readers in one iteration of ``T.x`` need (TVM's
+      "cannot find the producer along the loop nest specified by compute_at").
+
+    Returns ``state``.  Raises LoweringError.
     """
+    for k, st in enumerate(state.stages):
+        if st.compute_at != "iter":
+            continue
+        tgt_id, it_name = st.attach
+        tgt = state.stages[tgt_id]
+        where = f"{st.name} is computed at {tgt.name}.{it_name}"
+        check(tgt.compute_at != "inlined", f"{where} but {tgt.name} is inlined, so that loop never "
+              f"runs (compute_root {tgt.name} or move {st.name})", LoweringError)
+        check(any(it.name == it_name for it in tgt.iters),
+              f"{where} but {tgt.name} has no loop {it_name}", LoweringError)
+        chain, cur = [k], tgt_id
+        while state.stages[cur].compute_at == "iter" and cur not in chain:
+            chain.append(cur)
+            cur = state.stages[cur].attach[0]
+        if cur in chain:
+            cycle = chain[chain.index(cur):] + [cur]
+            raise LoweringError("compute locations form a cycle: " + ", ".join(
+                f"{state.stages[a].name} at {state.stages[b].name}.{state.stages[a].attach[1]}"
+                for a, b in zip(cycle, cycle[1:])))
+    for st in state.stages:
+        check(st.op_type != "scan" or _time_loops_in_order(st),
+              f"the time loops of scan {st.name} run out of order "
+              f"({', '.join(it.name for it in st.iters if it.kind == 'scan')}): "
+              "each time step reads the previous one", LoweringError)
     for k, (tgt, it_name) in attach_points(state).items():
         st = state.stages[k]
         scope = attach_scope(state, tgt, it_name)
         for r in sorted(effective_readers(state, k) - scope):
-            raise ScheduleError(
+            raise LoweringError(
                 f"{st.name} is computed at {state.stages[tgt].name}.{it_name} but "
                 f"{state.stages[r].name} reads it outside that loop")
     return state
+
+
+def _time_loops_in_order(st) -> bool:
+    """Whether the scan stage ``st`` runs its time loops outer to inner in time order: the
+    order its splits and fuses made them in, with no reorder (or fuse) swapping them."""
+    order = [iv.var.name for iv in st.root]
+    for rel in st.relations:
+        if isinstance(rel, SplitRel):
+            pos = order.index(rel.parent)
+            order[pos:pos + 1] = list(rel.children)
+        else:
+            pos = order.index(rel.children[0])
+            if order[pos:pos + len(rel.children)] != list(rel.children):
+                return False
+            order[pos:pos + len(rel.children)] = [rel.fused]
+    time = [it.name for it in st.iters if it.kind == "scan"]
+    return time == [n for n in order if n in time]
 
 
 def _is_scan_update(state: State, stage_id: int) -> bool:
@@ -375,7 +435,17 @@ def _is_scan_update(state: State, stage_id: int) -> bool:
 
 @dataclass(frozen=True)
 class ComputeAtStep:
-    """CA: compute ``stage_id`` inside loop ``target_iter_id`` of ``target_stage_id``."""
+    """CA: compute ``stage_id`` inside loop ``target_iter_id`` of ``target_stage_id``.
+
+    Raises ScheduleError for what no later step can mend: a bad stage or iterator id, a
+    stage that is not a compute stage, the stage itself as target, a scan update (te's
+    compute_at refuses those too), a loop of a scan other than its innermost time loop,
+    a target that does not read the stage (directly or through other stages).  Like
+    TVM's ComputeAtStep it does not check the rest of the compute locations (the
+    stage's readers inside that loop, an inlined target, the stages attached to this
+    one): later steps may still place them, so lowering checks the final state
+    (:func:`check_compute_locations`, TVM's InferBound).
+    """
 
     stage_id: int
     target_stage_id: int
@@ -386,20 +456,14 @@ class ComputeAtStep:
         check(st.op_type == "compute", f"only compute stages can be moved; {st.name} is a {st.op_type}")
         tgt, it = _stage_iter(state, self.target_stage_id, self.target_iter_id)
         check(self.stage_id != self.target_stage_id, "a stage cannot be computed at itself")
-        check(tgt.compute_at != "inlined", f"target stage {tgt.name} is inlined")
         check(not _is_scan_update(state, self.stage_id),
               f"{st.name} is a scan update: it is computed in the scan's innermost time loop")
         check(tgt.op_type != "scan" or self.target_iter_id == len(tgt.iters) - 1,
               f"a stage computed at the scan {tgt.name} must be at its innermost time loop")
         check(_reaches(state, self.stage_id, self.target_stage_id),
               f"{st.name} is not read (directly or through other stages) by {tgt.name}")
-        # The attach chain must not come back to this stage.
-        cur = tgt
-        while cur.compute_at == "iter":
-            check(cur.attach[0] != self.stage_id, "compute_at would make an attach cycle")
-            cur = state.stages[cur.attach[0]]
         st = replace(st, compute_at="iter", attach=(self.target_stage_id, it.name))
-        return check_compute_locations(state.with_stage(self.stage_id, st)).with_step(self)
+        return state.with_stage(self.stage_id, st).with_step(self)
 
     def to_record(self) -> list:
         return ["CA", self.stage_id, self.target_stage_id, self.target_iter_id]
@@ -407,15 +471,21 @@ class ComputeAtStep:
 
 @dataclass(frozen=True)
 class ComputeRootStep:
-    """CR: compute ``stage_id`` at the root of the function."""
+    """CR: compute ``stage_id`` at the root of the function (an inlined stage too).
+
+    As TVM's ComputeRootStep it only moves the stage: stages computed at its loops
+    stay attached to them, and no compute location is checked here (a later step may
+    still place the stages that read it), lowering checks the final state
+    (:func:`check_compute_locations`, TVM's InferBound).  Raises ScheduleError for a
+    bad stage id or a stage that is not a compute stage.
+    """
 
     stage_id: int
 
     def apply(self, state: State) -> State:
         st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(st.op_type == "compute", f"{st.name} is not a compute stage")
-        state = state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None))
-        return check_compute_locations(state).with_step(self)
+        return state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None)).with_step(self)
 
     def to_record(self) -> list:
         return ["CR", self.stage_id]

@@ -50,7 +50,8 @@ class PreloadMeasuredStates:
         self.filename = filename
 
     def __call__(self, policy) -> None:
-        for inp, res in load_records(self.filename):
+        # task=: TVM records of this task are read as its own; other TVM records whose DAG is unknown are skipped
+        for inp, res in load_records(self.filename, task=policy.task):
             if inp.task.workload_key != policy.task.workload_key:
                 continue
             policy.add_measured(inp.state, res.cost)

@@ -20,6 +20,10 @@ from scheduler_core.base.errors import InvalidWorkloadError, SchedulerCoreError
 from scheduler_core.base.target import HardwareParams
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
+from scheduler_core.dag.workload_registry import (  # sc.register_workload is this floor's name for it
+    WORKLOAD_FUNC_REGISTRY,
+    register_workload,  # noqa: F401
+)
 from scheduler_core.driver.program import Program, program_from_state
 from scheduler_core.measure.record import load_best_record
 from scheduler_core.schedule.schedule_api import Schedule
@@ -28,27 +32,6 @@ from sketch_rules import SketchPolicyParams
 
 from .search_policy import SketchPolicy
 from .tuning_options import TuningOptions
-
-WORKLOAD_FUNC_REGISTRY: dict = {}
-
-
-def register_workload(func: Callable | str, f: Callable | None = None, override: bool = False):
-    """Register a function returning a workload's tensor list, by its name (a decorator).
-
-    ``register_workload(fn)``, ``@register_workload`` or ``register_workload("name", fn)``.
-    Raises InvalidWorkloadError when the name is taken (unless ``override``).
-    """
-    if isinstance(func, str):
-        name = func
-
-        def register(fn):
-            if name in WORKLOAD_FUNC_REGISTRY and not override and WORKLOAD_FUNC_REGISTRY[name] is not fn:
-                raise InvalidWorkloadError(f"workload {name!r} is already registered")
-            WORKLOAD_FUNC_REGISTRY[name] = fn
-            return fn
-        return register(f) if f is not None else register
-    WORKLOAD_FUNC_REGISTRY[func.__name__] = func
-    return func
 
 
 class SearchTask(Task):
@@ -97,8 +80,9 @@ class SearchTask(Task):
         return search_policy.tune(tuning_options)
 
     def _best_record(self, log_file: str):
+        # task=self: TVM records of this computation (registered function, or key shapes) count too
         rec = load_best_record(log_file, self.workload_key, self.target,
-                               dags={self.workload_key: self.compute_dag})
+                               dags={self.workload_key: self.compute_dag}, task=self)
         if rec is None:
             raise SchedulerCoreError(f"no valid record of {self.workload_key} for {self.target} in {log_file}")
         return rec

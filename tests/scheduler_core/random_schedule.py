@@ -12,8 +12,11 @@ one), compute_root, cache_read / cache_write (cache_write only succeeds on
 untransformed stages), rfactor (after a reduce axis was split),
 storage_align (on a spatial root axis) and, rarely, GPU bindings (vthread,
 blockIdx/threadIdx, which a CPU build runs serially).  The steps themselves decide
-legality: an attempt whose step raises ``ScheduleError`` is skipped, nothing
-else is caught, so any other exception escapes to the test as a bug.
+legality: an attempt whose step raises ``ScheduleError`` is skipped, and so is one
+that leaves compute locations lowering would refuse (``check_compute_locations``
+raises ``LoweringError``: the steps, as TVM's, leave that check to the final state),
+so every prefix of a schedule lowers.  Nothing else is caught, so any other
+exception escapes to the test as a bug.
 
 Every choice comes from the ``numpy.random.Generator`` passed in, so a
 schedule is reproducible from its seed.
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler_core.base.errors import ScheduleError
+from scheduler_core.base.errors import LoweringError, ScheduleError
 from scheduler_core.schedule.dataflow_step import CacheReadStep, CacheWriteStep, ComputeInlineStep, RfactorStep
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.transform_step import (
@@ -35,6 +38,7 @@ from scheduler_core.schedule.transform_step import (
     ReorderStep,
     SplitStep,
     StorageAlignStep,
+    check_compute_locations,
 )
 
 # Relative weights of the actions (an attempt that does not apply is skipped).
@@ -245,8 +249,9 @@ def random_schedule(state: State, rng: np.random.Generator, n_steps: int,
     n_steps : int, the number of steps to apply
     max_attempts : int, how many candidate steps to try in all (default ``4 * n_steps``)
 
-    Candidates that raise ``ScheduleError`` are skipped; any other exception
-    propagates.  Returns the new State (its ``transform_steps`` lists the steps).
+    Candidates that raise ``ScheduleError``, or whose state ``check_compute_locations``
+    refuses (``LoweringError``), are skipped; any other exception propagates.  Returns
+    the new State (its ``transform_steps`` lists the steps).
     """
     applied = 0
     for _ in range(max_attempts if max_attempts is not None else 4 * n_steps):
@@ -256,8 +261,8 @@ def random_schedule(state: State, rng: np.random.Generator, n_steps: int,
         if step is None:
             continue
         try:
-            state = step.apply(state)
-        except ScheduleError:
+            state = check_compute_locations(step.apply(state))
+        except (ScheduleError, LoweringError):
             continue
         applied += 1
     return state

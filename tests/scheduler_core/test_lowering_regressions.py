@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler_core.base.errors import ScheduleError
+from scheduler_core.base.errors import LoweringError, ScheduleError
 from scheduler_core.dag import reference
+from scheduler_core.lowering.lower import lower_state
 from scheduler_core.schedule.dataflow_step import CacheReadStep, CacheWriteStep, RfactorStep, replay_steps
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.transform_step import AnnotationStep, ComputeAtStep, ReorderStep, SplitStep
@@ -31,12 +32,21 @@ def _rejected(name: str, steps: list, match: str) -> None:
         steps[-1].apply(state)
 
 
-# -- compute_at must keep every reader inside the loop (was LoweringError) -------------
+def _rejected_at_lowering(name: str, steps: list, match: str) -> None:
+    """Every step applies (the steps, as TVM's, leave compute locations to the final
+    state); lowering raises LoweringError matching ``match``."""
+    state = replay_steps(get_dag(name), steps)
+    with pytest.raises(LoweringError, match=match):
+        lower_state(state)
+
+
+# -- every reader stays inside the loop a stage is computed at (checked at lowering, as
+# TVM's InferBound; these once failed deeper in lowering, then at the step) -----------
 # softmax stages: 0 A, 1 row_max, 2 exp, 3 row_sum, 4 softmax
 
 def test_compute_at_with_a_reader_outside_the_loop_is_rejected():
     """exp at softmax.j while row_sum (at root) reads exp: LoweringError at lowering before."""
-    _rejected("softmax", [ComputeAtStep(2, 4, 1)], "row_sum reads it outside")
+    _rejected_at_lowering("softmax", [ComputeAtStep(2, 4, 1)], "row_sum reads it outside")
 
 
 def test_compute_at_with_every_reader_inside_the_loop_builds():
@@ -49,29 +59,29 @@ def test_reorder_that_moves_a_reader_out_of_a_producers_loop_is_rejected():
     (now at the outer loop) reading exp computed in the inner one."""
     steps = [ComputeAtStep(3, 4, 1), ComputeAtStep(2, 4, 0)]
     _builds_and_matches("softmax", steps)
-    _rejected("softmax", steps + [ReorderStep(4, (1, 0))], "row_sum reads it outside")
+    _rejected_at_lowering("softmax", steps + [ReorderStep(4, (1, 0))], "row_sum reads it outside")
 
 
 def test_compute_root_of_a_reader_is_rejected():
     """row_sum and exp at softmax.i; moving row_sum back to root leaves exp inside."""
     from scheduler_core.schedule.transform_step import ComputeRootStep
-    _rejected("softmax", [ComputeAtStep(3, 4, 0), ComputeAtStep(2, 4, 0), ComputeRootStep(3)],
-              "row_sum reads it outside")
+    _rejected_at_lowering("softmax", [ComputeAtStep(3, 4, 0), ComputeAtStep(2, 4, 0), ComputeRootStep(3)],
+                          "row_sum reads it outside")
 
 
 def test_cache_read_of_a_stage_computed_inside_its_reader_is_rejected():
     """rgb_to_yuv: rgb.local at yuv's fused loop, then cache_read of rgb.local for yuv put
     rgb.local.local at root reading it (LoweringError before).  Stages: 0 rgb, 1 yuv;
     after the first CHR: 0 rgb, 1 rgb.local, 2 yuv."""
-    _rejected("rgb_to_yuv", [CacheReadStep(0, "local", (1,)), ComputeAtStep(1, 2, 0),
-                             CacheReadStep(1, "local", (2,))], "rgb.local.local reads it outside")
+    _rejected_at_lowering("rgb_to_yuv", [CacheReadStep(0, "local", (1,)), ComputeAtStep(1, 2, 0),
+                                         CacheReadStep(1, "local", (2,))], "rgb.local.local reads it outside")
 
 
 def test_cache_write_of_a_reader_inside_a_producers_loop_is_rejected():
     """softmax: row_sum and exp at softmax.i; cache_write of row_sum puts row_sum.local
     (the new reader of exp) at root (LoweringError before)."""
-    _rejected("softmax", [ComputeAtStep(3, 4, 0), ComputeAtStep(2, 4, 0),
-                          CacheWriteStep(3, "local")], "row_sum.local reads it outside")
+    _rejected_at_lowering("softmax", [ComputeAtStep(3, 4, 0), ComputeAtStep(2, 4, 0),
+                                      CacheWriteStep(3, "local")], "row_sum.local reads it outside")
 
 
 # -- scans (cumsum stages: 0 X, 1 s_init, 2 s_state, 3 s_update, 4 scan) --------------
@@ -105,7 +115,8 @@ def test_compute_at_the_innermost_scan_loop_builds():
 
 def test_reorder_of_scan_time_loops_is_rejected():
     """Swapping the split time loops ran the recurrence out of order (wrong numbers before)."""
-    _rejected("cumsum_scan", [SplitStep(4, 0, 8, (2,), True), ReorderStep(4, (1, 0))], "out of order")
+    _rejected_at_lowering("cumsum_scan", [SplitStep(4, 0, 8, (2,), True), ReorderStep(4, (1, 0))],
+                          "out of order")
 
 
 @pytest.mark.parametrize("ann", ["parallel", "vectorize"])

@@ -254,11 +254,12 @@ def test_cpu_custom_sketch_rule():
 
 def test_explicit_rules_list_replaces_the_defaults():
     """``rules=[RuleSkipStage()]`` gives the initial state only; the default list is
-    Ansor's CPU order with the scan rule before RuleSkipStage."""
+    TVM's CPU order with the scan rule before RuleSkipStage."""
     policy = make_policy(W.matmul(64, 64, 64))
     rules = default_sketch_rules()
     assert [type(r).__name__ for r in rules] == [
-        "RuleAlwaysInline", "RuleAddRfactor", "RuleAddCacheWrite",
+        "RuleAlwaysInline", "RuleSimplifyComputeWithConstTensor", "RuleAddRfactor",
+        "RuleAddCacheWrite",
         "RuleMultiLevelTilingWithFusion", "RuleMultiLevelTiling", "RuleScanUpdate",
         "RuleSkipStage"]
     sk = generate_sketches(policy, rules=rules[-1:])
