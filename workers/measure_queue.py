@@ -13,6 +13,7 @@ the batch is recorded as RUN_TIMEOUT errors and the search goes on.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -31,12 +32,14 @@ from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
 from scheduler_core.schedule.dataflow_step import replay_steps
 
-from .queues import listening_workers, measure_queue_name
+from .queues import listening_workers, measure_queue_name, requeue_job, worker_alive
 from .redis_conn import current_connection
 from .store import JobCancelled, RedisStore
 
 NO_WORKER_GRACE_S = 30.0  # a batch may wait this long, in seconds, for a worker on its queue
+LOST_JOB_GRACE_S = 5.0  # seconds a batch's job may be held by no queue and no live worker
 MEASURE_JOB_FUNC = "workers.measure_queue.measure_job"
+log = logging.getLogger(__name__)
 _LOCAL: dict = {}  # per worker process: (builder, runner), reused across jobs
 
 
@@ -88,19 +91,33 @@ class QueueRunner:
         while waiting, so a cancel never waits for a batch (raises JobCancelled).
     no_worker_s : seconds a batch may stay queued while no worker listens on the
         queue before the search fails with NoMeasurementWorker naming the queue.
+    lost_s : seconds a batch's job may be held by no queue and no live worker (its worker
+        died) before it is put back on its queue; default LOST_JOB_GRACE_S.
     """
 
     def __init__(self, conn, task_id: str, target: str, timeout_s: float = 10.0, wait_s: float = 1800.0,
                  poll_s: float = 0.2, cancelled: Callable[[], bool] | None = None, job_id: str = "",
-                 no_worker_s: float | None = None):
+                 no_worker_s: float | None = None, lost_s: float = LOST_JOB_GRACE_S):
         self.queue = Queue(measure_queue_name(target), connection=conn, serializer=JSONSerializer)
         self.conn, self.task_id, self.job_id = conn, task_id, job_id
         self.timeout_s, self.wait_s, self.poll_s = timeout_s, wait_s, poll_s
         self.cancelled = cancelled or (lambda: False)
         self.no_worker_s = NO_WORKER_GRACE_S if no_worker_s is None else no_worker_s
+        self.lost_s = lost_s
 
     def close(self) -> None:
         """Nothing to release: the measurement workers own their runners."""
+
+    def _held(self, job: Job, status: str) -> bool:
+        """Whether RQ will still run or finish ``job``: it waits on its queue, a live worker
+        has started it, or it is scheduled/deferred.  A worker killed after taking the job
+        off the queue but before its work-horse marked it started leaves it *queued* on no
+        queue, and RQ's registry cleanup skips such a job: nothing would ever run it."""
+        if status == "queued":
+            return job.id in self.queue.get_job_ids()
+        if status == "started":
+            return worker_alive(self.conn, job.worker_name)
+        return True
 
     def run(self, inputs, build_results, verbose: int = 0) -> list:
         batch = [[s.to_record() for s in inp.state.transform_steps] for inp in inputs]
@@ -109,6 +126,7 @@ class QueueRunner:
                                  retry=Retry(max=2), result_ttl=600)
         start = time.time()
         unattended_since: float | None = None
+        lost_since: float | None = None
         while time.time() - start < self.wait_s:
             job = Job.fetch(job.id, connection=self.conn, serializer=JSONSerializer)
             status = job.get_status(refresh=True)
@@ -127,6 +145,14 @@ class QueueRunner:
                     raise NoMeasurementWorker(f"no measurement worker listens on queue {self.queue.name!r}")
             else:
                 unattended_since = None
+            if self._held(job, status):
+                lost_since = None
+            else:
+                lost_since = lost_since or time.time()
+                if time.time() - lost_since > self.lost_s:
+                    log.warning("measurement job %s was lost by a dead worker (status %s); requeued", job.id, status)
+                    requeue_job(self.conn, self.queue, job)
+                    lost_since = None
             time.sleep(self.poll_s)
         err = MeasureErrorNo.RUN_TIMEOUT if time.time() - start >= self.wait_s else MeasureErrorNo.UNKNOWN_ERROR
         return [MeasureResult((FAILED_COST_S,), int(err), f"measurement job {job.id} ended {job.get_status()}",

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,14 +27,15 @@ from collections.abc import Sequence
 
 import psutil
 import redis
-from rq import Queue, Worker
+from rq import Queue
 from rq.exceptions import NoSuchJobError
+from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from .job_state import JobState
-from .queues import TUNE_QUEUE
+from .queues import TUNE_QUEUE, requeue_job, worker_alive
 from .redis_conn import connection_url, embedded_alive, restart_embedded, started_embedded
 from .store import RedisStore
 
@@ -122,23 +122,6 @@ def _wait_all(procs: Sequence[subprocess.Popen], timeout_s: float) -> None:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def _worker_alive(conn: redis.Redis, worker_name: str | None) -> bool:
-    """Whether the RQ worker ``worker_name`` may still be running: registered, and, when it
-    runs on this host, its process exists.  (A worker on another host counts as alive while
-    registered; RQ's own heartbeat cleanup handles it.)"""
-    if not worker_name:
-        return False
-    info = conn.hgetall(Worker.redis_worker_namespace_prefix + worker_name)
-    if not info:
-        return False
-    if info.get(b"hostname", b"").decode() != socket.gethostname():
-        return True
-    try:
-        return psutil.Process(int(info.get(b"pid") or 0)).status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, ValueError):
-        return False
-
-
 def recover_interrupted_jobs(conn: redis.Redis, queues: Sequence[str] = (TUNE_QUEUE,)) -> list[str]:
     """Put back on their queue the jobs that a dead worker left *started* (a stopped
     ``serve``, a killed worker or machine); returns their ids.
@@ -147,24 +130,33 @@ def recover_interrupted_jobs(conn: redis.Redis, queues: Sequence[str] = (TUNE_QU
     registries (up to ten minutes later), and spends one of its retries on it; here it
     goes back to the front of its queue at once, its retries untouched.  A tune job
     continues from the records already in Redis (workers.jobs.tune_job).
+
+    Also recovered: a job the worker took off its queue and registered as started but
+    whose work-horse never marked it started (the worker died in between).  Its status
+    still says *queued* though no queue holds it, and RQ's registry cleanup skips it
+    (it retries only jobs whose status is *started*), so without this it is lost.
     """
     recovered, store = [], RedisStore(conn)
     for name in queues:
         registry = StartedJobRegistry(name, connection=conn, serializer=JSONSerializer)
         queue = Queue(name, connection=conn, serializer=JSONSerializer)
-        for job_id in dict.fromkeys(registry.get_job_ids(cleanup=False)):
+        for job_id, execution_id in registry.get_job_and_execution_ids(cleanup=False):
             try:
                 job = Job.fetch(job_id, connection=conn, serializer=JSONSerializer)
             except NoSuchJobError:
                 continue
-            if job.get_status() != JobStatus.STARTED or _worker_alive(conn, job.worker_name):
+            status = job.get_status()
+            if status not in (JobStatus.STARTED, JobStatus.QUEUED) or job_id in recovered:
                 continue
-            with conn.pipeline() as pipe:
-                registry.remove_executions(job, pipeline=pipe)
-                pipe.zrem(registry.key, job_id)
-                pipe.execute()
-            job.started_at = job.ended_at = None
-            queue.enqueue_job(job, at_front=True)
+            if status == JobStatus.QUEUED and job_id in queue.get_job_ids():
+                continue
+            worker = job.worker_name if status == JobStatus.STARTED else ""
+            if not worker and execution_id:
+                with contextlib.suppress(ValueError):  # its hash expired with the heartbeat
+                    worker = Execution.fetch(execution_id, job_id, connection=conn).worker_name
+            if worker_alive(conn, worker):
+                continue
+            requeue_job(conn, queue, job)
             if store.get_job(job_id) is not None:  # a tune job: its hash says queued again
                 store.set_job_state(job_id, JobState.queued)
             recovered.append(job_id)

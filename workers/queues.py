@@ -8,9 +8,13 @@ nothing heavy.
 from __future__ import annotations
 
 import re
+import socket
 
+import psutil
 import redis
 from rq import Queue, Retry, Worker
+from rq.job import Job
+from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from scheduler_core.base.target import Target, host_cpu
@@ -46,6 +50,36 @@ def enqueue_tune(conn: redis.Redis, task_id: str, job_id: str, trials: int,
 def listening_workers(conn: redis.Redis, queue_name: str) -> int:
     """How many RQ workers currently listen on ``queue_name`` (registered and heartbeating)."""
     return Worker.count(queue=Queue(queue_name, connection=conn, serializer=JSONSerializer))
+
+
+def worker_alive(conn: redis.Redis, worker_name: str | None) -> bool:
+    """Whether the RQ worker ``worker_name`` may still be running: registered, and, when it
+    runs on this host, its process exists.  (A worker on another host counts as alive while
+    registered; RQ's own heartbeat cleanup handles it.)"""
+    if not worker_name:
+        return False
+    info = conn.hgetall(Worker.redis_worker_namespace_prefix + worker_name)
+    if not info:
+        return False
+    if info.get(b"hostname", b"").decode() != socket.gethostname():
+        return True
+    try:
+        return psutil.Process(int(info.get(b"pid") or 0)).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, ValueError):
+        return False
+
+
+def requeue_job(conn: redis.Redis, queue: Queue, job: Job) -> None:
+    """Put ``job`` back at the front of ``queue`` after the worker that held it died:
+    its started-registry entry and its place in RQ's intermediate queue go, its retries stay."""
+    registry = StartedJobRegistry(queue.name, connection=conn, serializer=JSONSerializer)
+    with conn.pipeline() as pipe:
+        registry.remove_executions(job, pipeline=pipe)
+        pipe.zrem(registry.key, job.id)
+        pipe.lrem(queue.intermediate_queue_key, 0, job.id)
+        pipe.execute()
+    job.started_at = job.ended_at = None
+    queue.enqueue_job(job, at_front=True)
 
 
 def _host_cpu_model() -> str:

@@ -116,7 +116,8 @@ def test_seed003_rgb_to_yuv_default_gpu_schedule():
     b_np = np.array([[0.257, -0.148, 0.439], [0.504, -0.291, -0.368], [0.098, 0.439, -0.071]]).astype(np.float32)
     c_np = a_np.dot(b_np)
     _, got = _run(func, a_np, np.zeros(c_np.shape, dtype=np.float32))
-    tvm.testing.assert_allclose(c_np, got, rtol=1e-3)
+    # atol: a channel near zero is a cancellation of float32 terms summed in another order
+    tvm.testing.assert_allclose(c_np, got, rtol=1e-3, atol=1e-6)
     source = func.imported_modules[0].get_source()
     assert "blockIdx.x" in source and "threadIdx.x" in source
     if NO_NVCC is None:
