@@ -1,0 +1,346 @@
+"""Parallel loops on a shared machine: time under 0, 1 and 2 busy processes of other sessions.
+
+Two hand-scheduled parallel programs (float32):
+
+P1: matmul + bias 512^3 (B packed into 16-wide panels by a parallel layout stage,
+    4x16 register tiles, 32-row panels per parallel iteration: 16 iterations).
+P2: conv2d NCHW 1x64x56x56, 64 filters 3x3, pad 1, + bias + ReLU (padding stage
+    parallel over channels; output tiles of 4 channels x 8 columns, one parallel
+    iteration per (channel block, row): 896 iterations).
+
+Each configuration of the parallel runtime (see scheduler_core.codegen.parallel) runs
+in a worker process of its own that builds both programs once:
+
+    old           static chunks (one per thread), GOMP_SPINCOUNT=300000 (libgomp's default)
+    dynamic_only  dynamic chunks, GOMP_SPINCOUNT=300000
+    spin_only     static chunks, this package's GOMP_SPINCOUNT
+    new           dynamic chunks, this package's GOMP_SPINCOUNT (the default now)
+
+Every load level (quiet, then one, then two busy single-thread processes started in
+a new session with ``setsid``: Linux shares CPU time between sessions (autogroups),
+so busy children in the benchmark's own session would hide the problem) is timed in
+rounds over the workers in turn, so that the configurations see the same load.
+Figures are medians of the mean time of a few calls, reported per configuration as
+ratios to its own quiet time (one process each).
+
+Usage:  python benchmarks/parallel_load.py [--out benchmarks/results/parallel_load.json]
+            [--configs old,new] [--autogroup-nice -20]
+Writes the figures, the CPU model and os.cpu_count() to the JSON file and prints a
+table.  About 30 s on a quiet 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import scheduler_core as sc
+from scheduler_core import te
+from scheduler_core.codegen import compile_primfunc, parallel
+
+# -- workloads ------------------------------------------------------------------------
+
+def matmul_bias(n: int = 512, bn: int = 16, rows: int = 32, ti: int = 4):
+    """P1: ``out[i, j] = sum_k A[i, k] * B[k, j] + bias[j]``, shapes (n, n), (n, n), (n,) -> (n, n)."""
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    bias = te.placeholder((n,), name="bias")
+    packed = te.compute((n // bn, n, bn), lambda jo, k, ji: B[k, jo * bn + ji], name="packedB")
+    k = te.reduce_axis((0, n), name="k")
+    mm = te.compute((n, n), lambda i, j: te.sum(A[i, k] * packed[j // bn, k, j % bn], axis=k),
+                    name="matmul")
+    out = te.compute((n, n), lambda i, j: mm[i, j] + bias[j], name="out")
+    s = te.create_schedule(out.op)
+    jo, _, ji = s[packed].op.axis
+    s[packed].parallel(jo)
+    s[packed].vectorize(ji)
+    i, j = s[out].op.axis
+    io, ii = s[out].split(i, factor=rows)
+    jo2, ji2 = s[out].split(j, factor=bn)
+    s[out].reorder(io, jo2, ii, ji2)
+    iio, _ = s[out].split(ii, factor=ti)
+    s[out].parallel(io)
+    s[out].vectorize(ji2)
+    s[mm].compute_at(s[out], iio)
+    mi, mj = s[mm].op.axis
+    (mk,) = s[mm].op.reduce_axis
+    s[mm].reorder(mk, mi, mj)
+    s[mm].unroll(mi)
+    s[mm].vectorize(mj)
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    c = rng.random(n, dtype=np.float32)
+    return s, [A, B, bias, out], [a, b, c], a @ b + c
+
+
+def conv2d_bias_relu(ci: int = 64, hw: int = 56, co: int = 64, fb: int = 4, xb: int = 8):
+    """P2: conv2d NCHW (1, ci, hw, hw) * (co, ci, 3, 3), pad 1, + bias (co,), ReLU -> (1, co, hw, hw)."""
+    data = te.placeholder((1, ci, hw, hw), name="data")
+    kernel = te.placeholder((co, ci, 3, 3), name="kernel")
+    bias = te.placeholder((co,), name="bias")
+    padded = te.compute((1, ci, hw + 2, hw + 2), lambda b, c, y, x: te.if_then_else(
+        te.all(y >= 1, y < hw + 1, x >= 1, x < hw + 1), data[b, c, y - 1, x - 1], te.const(0.0)),
+        name="pad")
+    rc = te.reduce_axis((0, ci), name="rc")
+    ry = te.reduce_axis((0, 3), name="ry")
+    rx = te.reduce_axis((0, 3), name="rx")
+    conv = te.compute((1, co, hw, hw), lambda b, f, y, x: te.sum(
+        padded[b, rc, y + ry, x + rx] * kernel[f, rc, ry, rx], axis=[rc, ry, rx]), name="conv2d")
+    out = te.compute((1, co, hw, hw), lambda b, f, y, x: te.max(conv[b, f, y, x] + bias[f], te.const(0.0)),
+                     name="bias_relu")
+    s = te.create_schedule(out.op)
+    pb, pc, _, _ = s[padded].op.axis
+    s[padded].parallel(s[padded].fuse(pb, pc))
+    b, f, y, x = s[out].op.axis
+    fo, fi = s[out].split(f, factor=fb)
+    xo, xi = s[out].split(x, factor=xb)
+    s[out].reorder(b, fo, y, xo, fi, xi)
+    s[out].parallel(s[out].fuse(b, fo, y))
+    s[out].vectorize(xi)
+    s[conv].compute_at(s[out], xo)
+    _, cf, _, cx = s[conv].op.axis
+    crc, cry, crx = s[conv].op.reduce_axis
+    s[conv].reorder(crc, cry, crx, cf, cx)
+    s[conv].unroll(cf)
+    s[conv].vectorize(cx)
+    rng = np.random.default_rng(1)
+    d = rng.random((1, ci, hw, hw), dtype=np.float32) - 0.5
+    w = rng.random((co, ci, 3, 3), dtype=np.float32) - 0.5
+    bb = rng.random(co, dtype=np.float32) - 0.5
+    dp = np.pad(d[0], ((0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(dp, (3, 3), axis=(1, 2))  # (ci, hw, hw, 3, 3)
+    ref = np.maximum(np.einsum("cyxij,fcij->fyx", win, w) + bb[:, None, None], 0)[None]
+    return s, [data, kernel, bias, out], [d, w, bb], ref.astype(np.float32)
+
+
+WORKLOADS = {"matmul_bias_512": matmul_bias, "conv2d_1x64x56x56_3x3_bias_relu": conv2d_bias_relu}
+
+
+# -- timing ---------------------------------------------------------------------------
+
+def build(workload, scheme: str):
+    """A ctypes callable with its arguments bound, checked against numpy (built with ``scheme``)."""
+    s, args, inputs, ref = workload()
+    old = parallel.SCHEDULE
+    parallel.SCHEDULE = scheme
+    try:
+        f = compile_primfunc(sc.lower(s, args, name=f"{workload.__name__}_{scheme}"), "llvm")
+    finally:
+        parallel.SCHEDULE = old
+    out = np.zeros(ref.shape, np.float32)
+    arrays = [*inputs, out]
+    fn = f.ctypes_function
+    ptrs = [a.ctypes.data for a in arrays]
+    assert fn(*ptrs) == 0
+    np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3)
+
+    def run(arrays=arrays):  # the default argument keeps the arrays alive
+        return fn(*ptrs)
+    return run, f
+
+
+def calls_for(run, target_s: float = 0.01) -> int:
+    """Calls per measurement so that one lasts about ``target_s`` seconds on this machine now."""
+    t0 = time.perf_counter()
+    run()
+    one = time.perf_counter() - t0
+    return max(1, int(target_s / max(one, 1e-6)))
+
+
+def measure(run, number: int, repeat: int) -> float:
+    """Median over ``repeat`` measurements of the mean seconds per call of ``number`` calls."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run()
+        times.append((time.perf_counter() - t0) / number)
+    return float(np.median(times))
+
+
+def start_busy(k: int, autogroup_nice: int | None) -> list:
+    """``k`` busy single-thread Python processes, each in a new session (its own autogroup)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+             for _ in range(k)]
+    if autogroup_nice is not None:
+        for p in procs:
+            set_autogroup_nice(p.pid, autogroup_nice)
+    return procs
+
+
+def stop_busy(procs: list) -> None:
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
+
+
+def set_autogroup_nice(pid: int | str, nice: int) -> None:
+    """Give the autogroup (session) of ``pid`` the nice value ``nice`` (negative: root only)."""
+    Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+# -- one configuration per worker process ---------------------------------------------
+
+def worker() -> None:
+    """Child: build every workload with this process's configuration, then answer
+    ``measure <repeat>`` lines on stdin with one JSON line ``{workload: seconds}``."""
+    runs = {name: build(wl, parallel.SCHEDULE)[0] for name, wl in WORKLOADS.items()}
+    for run in runs.values():  # warm up (threads, caches)
+        for _ in range(5):
+            run()
+    numbers = {name: calls_for(run) for name, run in runs.items()}
+    print(json.dumps({"ready": True, "calls": numbers}), flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] != "measure":
+            break
+        repeat = int(words[1])
+        print(json.dumps({name: measure(run, numbers[name], repeat) for name, run in runs.items()}),
+              flush=True)
+
+
+def config_env(schedule: str, spin: str | None) -> dict:
+    """The environment of a worker: chunking ``schedule``; ``spin``: GOMP_SPINCOUNT, or None
+    for this package's default (the user's OMP_WAIT_POLICY / GOMP_SPINCOUNT are dropped)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["AUTOSCHED_PARALLEL_SCHEDULE"] = schedule
+    if spin is not None:
+        env["GOMP_SPINCOUNT"] = spin
+    return env
+
+
+# name -> (chunking, GOMP_SPINCOUNT); 300000 is libgomp's default when OMP_WAIT_POLICY is unset
+CONFIGS = {
+    "new": ("dynamic", None),  # the default now
+    "spin_only": ("static", None),
+    "dynamic_only": ("dynamic", "300000"),
+    "old": ("static", "300000"),  # before issue 11: static chunks, libgomp's default spin
+}
+
+
+class Worker:
+    """A worker process running one configuration (in this benchmark's own session)."""
+
+    def __init__(self, name: str):
+        schedule, spin = CONFIGS[name]
+        self.name = name
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], env=config_env(schedule, spin),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.calls = self._read()["calls"]
+
+    def _read(self) -> dict:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.name} exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def measure(self, repeat: int) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"measure {repeat}\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def run_benchmark(configs, repeat: int, rounds: int, autogroup_nice: int | None) -> dict:
+    """``{workload: {config: {"quiet_ms", "busy1_ms", "busy2_ms", "busy1_ratio", "busy2_ratio"}}}``.
+
+    Each load level is timed in ``rounds`` rounds over all configurations in turn, so that
+    they see the same load; each round measures ``repeat`` times per workload.
+    """
+    if autogroup_nice is not None:
+        set_autogroup_nice("self", autogroup_nice)
+    workers: list = []
+    samples: dict = {}
+    try:
+        for name in configs:
+            workers.append(Worker(name))
+        for busy in (0, 1, 2):
+            procs = start_busy(busy, autogroup_nice)
+            try:
+                time.sleep(0.5)
+                for _ in range(rounds):
+                    for w in workers:
+                        for wl, sec in w.measure(repeat).items():
+                            samples.setdefault((wl, w.name), {}).setdefault(busy, []).append(sec)
+                        time.sleep(0.1)  # let this worker's threads stop spinning (300000 spins: 10-30 ms)
+            finally:
+                stop_busy(procs)
+    finally:
+        for w in workers:
+            w.close()
+    results: dict = {}
+    for (wl, name), per_load in samples.items():
+        med = {b: float(np.median(v)) * 1e3 for b, v in per_load.items()}
+        results.setdefault(wl, {})[name] = {
+            "quiet_ms": med[0], "busy1_ms": med[1], "busy2_ms": med[2],
+            "busy1_ratio": med[1] / med[0], "busy2_ratio": med[2] / med[0]}
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/results/parallel_load.json")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated, from " + ", ".join(CONFIGS))
+    ap.add_argument("--repeat", type=int, default=5, help="measurements per round")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds per load level")
+    ap.add_argument("--autogroup-nice", type=int, default=None,
+                    help="nice value for the autogroups of this benchmark and its busy processes "
+                         "(e.g. -10, root only): measures on a machine shared with other work")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    opts = ap.parse_args()
+    if opts.worker:
+        worker()
+        return
+    configs = [x for x in opts.configs.split(",") if x]
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        ap.error(f"unknown configurations {sorted(unknown)}")
+    t0 = time.perf_counter()
+    results = run_benchmark(configs, opts.repeat, opts.rounds, opts.autogroup_nice)
+    print(f"{'workload':34s} {'config':13s} {'quiet ms':>9s} {'1 busy':>7s} {'2 busy':>7s} {'quiet vs old':>12s}")
+    for wl, per_config in results.items():
+        for name, r in per_config.items():
+            old = per_config.get("old")
+            vs_old = f"{r['quiet_ms'] / old['quiet_ms']:11.2f}x" if old else ""
+            print(f"{wl:34s} {name:13s} {r['quiet_ms']:9.3f} {r['busy1_ratio']:6.2f}x "
+                  f"{r['busy2_ratio']:6.2f}x {vs_old}")
+    meta = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)), "threads": parallel.default_num_threads(),
+            "configs": {k: {"schedule": CONFIGS[k][0], "GOMP_SPINCOUNT": CONFIGS[k][1] or str(parallel.SPIN_COUNT)}
+                        for k in configs},
+            "env_after_import": {k: os.environ.get(k) for k in parallel.ENV_VARS},  # ours or the user's
+            "autogroup_nice": opts.autogroup_nice, "loadavg_after": os.getloadavg(),
+            "repeat": opts.repeat, "rounds": opts.rounds, "seconds": time.perf_counter() - t0,
+            "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"{meta['cpu_model']}, os.cpu_count()={meta['cpu_count']}, {time.perf_counter() - t0:.0f} s; "
+          f"wrote {opts.out}")
+
+
+if __name__ == "__main__":
+    main()
