@@ -133,10 +133,12 @@ def _search(store: RedisStore, meta: dict, job_id: str, trials: int) -> JobState
     if options.measure == "queue":  # measurement workers attached to the device's queue
         builder: Any = QueueBuilder()
         runner: Any = QueueRunner(store.conn, meta["task_id"], target, timeout_s=options.timeout_s,
-                                  cancelled=lambda: store.cancel_requested(job_id), job_id=job_id)
+                                  cancelled=lambda: store.cancel_requested(job_id), job_id=job_id,
+                                  min_repeat_ms=options.min_repeat_ms, repeat=options.repeat)
     else:
         builder = LocalBuilder(timeout_s=options.timeout_s)
-        runner = LocalRunner(timeout_s=options.timeout_s, min_repeat_ms=options.min_repeat_ms)
+        runner = LocalRunner(timeout_s=options.timeout_s, min_repeat_ms=options.min_repeat_ms,
+                             repeat=options.repeat)
     run_options = TuningOptions.from_json({**options.to_json(), "num_measure_trials": remaining},
                                           builder=builder, runner=runner,
                                           measure_callbacks=[RedisRecordSink(store, task, job_id)])

@@ -40,20 +40,27 @@ NO_WORKER_GRACE_S = 30.0  # a batch may wait this long, in seconds, for a worker
 LOST_JOB_GRACE_S = 5.0  # seconds a batch's job may be held by no queue and no live worker
 MEASURE_JOB_FUNC = "workers.measure_queue.measure_job"
 log = logging.getLogger(__name__)
-_LOCAL: dict = {}  # per worker process: (builder, runner), reused across jobs
+_LOCAL: dict = {}  # per worker process: timing options -> (builder, runner), reused across jobs
 
 
-def _local_pair(timeout_s: float):
-    if "pair" not in _LOCAL:
-        _LOCAL["pair"] = (LocalBuilder(timeout_s=timeout_s),
-                          LocalRunner(timeout_s=timeout_s, check_correctness=True))
-    return _LOCAL["pair"]
+def _local_pair(timeout_s: float, min_repeat_ms: float, repeat: int):
+    key = (float(timeout_s), float(min_repeat_ms), int(repeat))
+    if key not in _LOCAL:
+        for _builder, runner in _LOCAL.values():
+            runner.close()
+        _LOCAL.clear()
+        _LOCAL[key] = (LocalBuilder(timeout_s=timeout_s),
+                       LocalRunner(timeout_s=timeout_s, check_correctness=True, min_repeat_ms=min_repeat_ms,
+                                   repeat=repeat))
+    return _LOCAL[key]
 
 
-def measure_job(task_id: str, batch: list, timeout_s: float = 10.0) -> list:
+def measure_job(task_id: str, batch: list, timeout_s: float = 10.0, min_repeat_ms: float = 40.0,
+                repeat: int = 3) -> list:
     """Build and time the states given by ``batch`` (lists of step records) for a task.
 
-    Runs on a measurement worker.  Returns one dict per state:
+    Runs on a measurement worker, timing as the search's own LocalRunner does (``min_repeat_ms``,
+    ``repeat``: the task's tuning options).  Returns one dict per state:
     ``{"costs": [seconds...], "error_no", "error_msg", "all_cost", "timestamp"}``.
     Outputs are checked against the numpy reference (WRONG_ANSWER on mismatch).
     """
@@ -63,7 +70,7 @@ def measure_job(task_id: str, batch: list, timeout_s: float = 10.0) -> list:
         raise KeyError(f"unknown task {task_id!r}")
     task = store.load_task(meta)
     inputs = [MeasureInput(task, replay_steps(task.compute_dag, steps)) for steps in batch]
-    builder, runner = _local_pair(timeout_s)
+    builder, runner = _local_pair(timeout_s, min_repeat_ms, repeat)
     results = runner.run(inputs, builder.build(inputs))
     return [{"costs": list(r.costs), "error_no": int(r.error_no), "error_msg": r.error_msg,
              "all_cost": r.all_cost, "timestamp": r.timestamp} for r in results]
@@ -97,13 +104,15 @@ class QueueRunner:
 
     def __init__(self, conn, task_id: str, target: str, timeout_s: float = 10.0, wait_s: float = 1800.0,
                  poll_s: float = 0.2, cancelled: Callable[[], bool] | None = None, job_id: str = "",
-                 no_worker_s: float | None = None, lost_s: float = LOST_JOB_GRACE_S):
+                 no_worker_s: float | None = None, lost_s: float = LOST_JOB_GRACE_S,
+                 min_repeat_ms: float = 40.0, repeat: int = 3):
         self.queue = Queue(measure_queue_name(target), connection=conn, serializer=JSONSerializer)
         self.conn, self.task_id, self.job_id = conn, task_id, job_id
         self.timeout_s, self.wait_s, self.poll_s = timeout_s, wait_s, poll_s
         self.cancelled = cancelled or (lambda: False)
         self.no_worker_s = NO_WORKER_GRACE_S if no_worker_s is None else no_worker_s
         self.lost_s = lost_s
+        self.min_repeat_ms, self.repeat = float(min_repeat_ms), int(repeat)
 
     def close(self) -> None:
         """Nothing to release: the measurement workers own their runners."""
@@ -121,7 +130,8 @@ class QueueRunner:
 
     def run(self, inputs, build_results, verbose: int = 0) -> list:
         batch = [[s.to_record() for s in inp.state.transform_steps] for inp in inputs]
-        job = self.queue.enqueue(MEASURE_JOB_FUNC, args=(self.task_id, batch, self.timeout_s),
+        args = (self.task_id, batch, self.timeout_s, self.min_repeat_ms, self.repeat)
+        job = self.queue.enqueue(MEASURE_JOB_FUNC, args=args,
                                  job_timeout=int(len(batch) * 3 * self.timeout_s + 120),
                                  retry=Retry(max=2), result_ttl=600)
         start = time.time()

@@ -628,7 +628,7 @@ def import_record_file(store: RedisStore, path: str | os.PathLike, dags: Mapping
         if (item.workload_key, item.target) not in indexed:
             store.index_record_states(item.workload_key, item.target)
             indexed.add((item.workload_key, item.target))
-        cost = item.mean_cost if item.error_no == MeasureErrorNo.NO_ERROR else None
+        cost = item.median_cost if item.error_no == MeasureErrorNo.NO_ERROR else None
         n += store.append_new_records(item.workload_key, item.target, [(item.text, cost)])
     return n
 

@@ -75,7 +75,9 @@ class BuildResult:
 class MeasureResult:
     """The outcome of running one built program.
 
-    costs: seconds per run, one entry per repeat (``(FAILED_COST_S,)`` on failure).
+    costs: seconds per run, one entry per repeat (``(FAILED_COST_S,)`` on failure); the
+        search ranks programs by their median (:attr:`cost`), and their :attr:`spread` tells
+        how far the repeats disagreed.
     error_no: a MeasureErrorNo value; error_msg: what failed (``""`` if nothing).
     all_cost: wall seconds of build plus run.  timestamp: ``time.time()`` when the
     measurement finished (seconds since the epoch).
@@ -93,11 +95,42 @@ class MeasureResult:
         return sum(self.costs) / len(self.costs) if self.costs else FAILED_COST_S
 
     @property
+    def median_cost(self) -> float:
+        """Median of ``costs`` in seconds (FAILED_COST_S when there are none)."""
+        return median_of(self.costs)
+
+    @property
+    def spread(self) -> float:
+        """``(max - min) / median`` of ``costs`` (0.0 for fewer than two); a unitless ratio."""
+        return spread_of(self.costs)
+
+    @property
     def cost(self) -> float | None:
-        """Mean of ``costs`` in seconds for a successful measurement; None for an error."""
+        """Median of ``costs`` in seconds for a successful measurement; None for an error.
+
+        The median, not TVM's mean: one repeat disturbed by another process moves the
+        mean but not the median of three."""
         if self.error_no != MeasureErrorNo.NO_ERROR or not self.costs:
             return None
-        return self.mean_cost
+        return self.median_cost
+
+
+def median_of(costs) -> float:
+    """Median of a sequence of seconds (FAILED_COST_S when empty)."""
+    xs = sorted(float(c) for c in costs)
+    if not xs:
+        return FAILED_COST_S
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else 0.5 * (xs[mid - 1] + xs[mid])
+
+
+def spread_of(costs) -> float:
+    """``(max - min) / median`` of a sequence of seconds; 0.0 for fewer than two or a zero median."""
+    xs = [float(c) for c in costs]
+    if len(xs) < 2:
+        return 0.0
+    med = median_of(xs)
+    return (max(xs) - min(xs)) / med if med > 0 else 0.0
 
 
 # ---------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from .data import (
     MeasureErrorNo,
     MeasureInput,
     MeasureResult,
+    median_of,
     step_records,
 )
 from .tvm_record import (
@@ -107,8 +108,13 @@ class RawRecord:
 
     @property
     def mean_cost(self) -> float:
-        """Mean of ``costs`` in seconds."""
+        """Mean of ``costs`` in seconds (what TVM ranks records by)."""
         return sum(self.costs) / len(self.costs)
+
+    @property
+    def median_cost(self) -> float:
+        """Median of ``costs`` in seconds: what the best record is chosen by here."""
+        return median_of(self.costs)
 
     @property
     def is_tvm(self) -> bool:
@@ -601,7 +607,7 @@ def load_best_record(filename: str | os.PathLike, workload_key: str | None = Non
         if isinstance(item, DagLine):
             tasks.add_dag_line(item)
         elif (item.error_no == MeasureErrorNo.NO_ERROR
-              and (best is None or item.mean_cost < best.mean_cost)
+              and (best is None or item.median_cost < best.median_cost)
               and (target is None or _same_target(item.target, target))
               and (workload_key is None or item.workload_key == workload_key
                    or (item.is_tvm and tasks.workload_key(item) == workload_key))):
@@ -663,7 +669,7 @@ def distill(in_file: str | os.PathLike, out_file: str | os.PathLike, skip_invali
                 dag_lines.setdefault(item.workload_key, item)
                 continue
             k = (item.workload_key, " ".join(item.target.split()))
-            if item.error_no == MeasureErrorNo.NO_ERROR and (k not in best or item.mean_cost < best[k].mean_cost):
+            if item.error_no == MeasureErrorNo.NO_ERROR and (k not in best or item.median_cost < best[k].median_cost):
                 best[k] = item
     lines, dag_written = [], set()
     for (key, _), raw in best.items():

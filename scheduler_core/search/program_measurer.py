@@ -30,9 +30,11 @@ class ProgramMeasurer:
     """
 
     def __init__(self, builder: Any = "local", runner: Any = "local", callbacks=None, verbose: int = 1,
-                 check_best: bool = True, timeout_s: float = 10.0, min_repeat_ms: float = 100.0):
+                 check_best: bool = True, timeout_s: float = 10.0, min_repeat_ms: float = 40.0,
+                 repeat: int = 3):
         self.builder = LocalBuilder(timeout_s=timeout_s) if builder == "local" else builder
-        self.runner = LocalRunner(timeout_s=timeout_s, min_repeat_ms=min_repeat_ms) if runner == "local" else runner
+        self.runner = (LocalRunner(timeout_s=timeout_s, min_repeat_ms=min_repeat_ms, repeat=repeat)
+                       if runner == "local" else runner)
         self.callbacks = list(callbacks or [])
         self.verbose = verbose
         self.check_best = check_best
@@ -77,4 +79,4 @@ class ProgramMeasurer:
     def from_options(cls, options: TuningOptions) -> ProgramMeasurer:
         """The measurer of a search run with ``options`` (builder, runner, callbacks, timeouts)."""
         return cls(options.builder, options.runner, options.measure_callbacks, options.verbose,
-                   timeout_s=options.timeout_s, min_repeat_ms=options.min_repeat_ms)
+                   timeout_s=options.timeout_s, min_repeat_ms=options.min_repeat_ms, repeat=options.repeat)

@@ -41,8 +41,10 @@ TUNING_FIELDS: tuple[TuningField, ...] = (
                 doc="stop after this many trials without a better program (None: never)"),
     TuningField("seed", int, 0, ge=0, le=2**63 - 1, doc="seed of the search's random generator"),
     TuningField("timeout_s", float, 10.0, gt=0, le=3600, doc="limit of one build and of one run, in seconds"),
-    TuningField("min_repeat_ms", float, 100.0, ge=0, le=60_000,
+    TuningField("min_repeat_ms", float, 40.0, ge=0, le=60_000,
                 doc="each timing repeat runs the program for at least this long, in milliseconds"),
+    TuningField("repeat", int, 3, ge=1, le=100,
+                doc="timing repeats per program; its cost is their median, their spread is kept in the record"),
     TuningField("population", int, 2048, ge=8, le=16384, doc="states per evolution generation (Ansor: 2048)"),
     TuningField("num_iters", int, 4, ge=0, le=64, doc="evolution generations per round (Ansor: 4)"),
     TuningField("measure", ("local", "queue"), "local",
@@ -94,6 +96,7 @@ class TuningOptions:
     seed : int, the search's random seed
     timeout_s : float, seconds one build and one run may take
     min_repeat_ms : float, milliseconds each timing repeat lasts at least
+    repeat : int, timing repeats per program (the cost is their median; a noisy set is re-measured)
     population, num_iters : the evolutionary search's size (SketchPolicyParams)
     measure : "local" or "queue" (the service's measurement workers)
     verbose : int, 0 silent, 1 a progress line per round
@@ -111,7 +114,8 @@ class TuningOptions:
     early_stopping: int | None = None
     seed: int = 0
     timeout_s: float = 10.0
-    min_repeat_ms: float = 100.0
+    min_repeat_ms: float = 40.0
+    repeat: int = 3
     population: int = 2048
     num_iters: int = 4
     measure: Literal["local", "queue"] = "local"
