@@ -21,14 +21,16 @@ body is a separate function with ``noalias`` pointer arguments so LLVM keeps the
 aliasing facts of the entry function.  This is TVM's ``parallel_launch`` route
 with OpenMP as the thread pool (``USE_OPENMP=gnu``).
 
-Behaviour on a shared machine (issue 11).  Chunks are contiguous ranges taken in
+Behaviour on a shared machine.  Chunks are contiguous ranges taken in
 turn from an atomic counter (OpenMP's ``schedule(dynamic)``, without libgomp's
 loop API), so a thread the OS has parked leaves its share to the others instead
 of everyone waiting for its static half at the end barrier.  libgomp's threads
 wait by spinning ``GOMP_SPINCOUNT`` pause instructions before sleeping; its
 default (300000 when ``OMP_WAIT_POLICY`` is unset, 7 ms or more per wait) burns the
-CPU that a preempted team member needs, so :func:`configure_libgomp_env` sets a
-short spin (:data:`SPIN_COUNT`) unless the user chose a policy.  Measured by
+CPU that a preempted team member needs, so :func:`configure_libgomp_env` loads
+libgomp with a short spin (:data:`SPIN_COUNT`) unless the user chose a policy; the
+environment is restored right after, so other OpenMP runtimes loaded later (PyTorch
+bundles its own) and child processes keep their defaults.  Measured by
 ``benchmarks/parallel_load.py`` on a 2-core machine shared with other work, with
 one busy single-thread process of another session: matmul+bias 512^3 went from
 about 11x its quiet time (static chunks, default spin) to about 1.9x, conv2d
@@ -81,27 +83,33 @@ def libgomp_mapped() -> bool:
         return False
 
 
-def configure_libgomp_env() -> bool:
-    """Set ``GOMP_SPINCOUNT`` to :data:`SPIN_COUNT` in ``os.environ`` unless the user set
-    ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` or a libgomp is already loaded (it reads its
-    environment once, when loaded).  Returns whether it set it.  Runs when this module is
-    imported, before either loader of this package (codegen, runtime) loads libgomp;
-    child processes inherit the setting.
-    """
-    if any(os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")) or libgomp_mapped():
-        return False
-    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
-    return True
-
-
-configure_libgomp_env()
-
-
 def load_libgomp() -> None:
     """Make libgomp's symbols visible to the JIT (once per process)."""
     if not _LOADED:
         llvm.load_library_permanently(ctypes.util.find_library("gomp") or "libgomp.so.1")
         _LOADED.append(True)
+
+
+def configure_libgomp_env() -> bool:
+    """Load libgomp with ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT` unless the user set
+    ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` or a libgomp is already loaded (libgomp
+    reads its environment once, when loaded).  The variable is set only while libgomp
+    loads, then removed again, so it reaches neither other OpenMP runtimes loaded later
+    nor child processes.  Returns whether the short spin was applied.  Runs when this
+    module is imported, before either loader of this package (codegen, runtime) loads
+    libgomp.
+    """
+    if any(os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")) or libgomp_mapped():
+        return False
+    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+    try:
+        load_libgomp()
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
+    return True
+
+
+SPIN_APPLIED = configure_libgomp_env()
 
 
 def default_num_threads() -> int:

@@ -160,7 +160,8 @@ def test_spin_count_is_set_only_when_the_user_chose_nothing():
     code = textwrap.dedent("""
         import os
         import scheduler_core.codegen.parallel as p
-        print(os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"), p.libgomp_mapped())
+        print(os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"), p.libgomp_mapped(),
+              p.SPIN_APPLIED)
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
 
@@ -170,9 +171,9 @@ def test_spin_count_is_set_only_when_the_user_chose_nothing():
         assert res.returncode == 0, res.stderr
         return res.stdout.split()
 
-    assert run()[:2] == [str(parallel.SPIN_COUNT), "None"]
-    assert run(OMP_WAIT_POLICY="active")[:2] == ["None", "active"]
-    assert run(GOMP_SPINCOUNT="123")[:2] == ["123", "None"]
+    assert run() == ["None", "None", "True", "True"]  # applied while libgomp loaded, then removed
+    assert run(OMP_WAIT_POLICY="active") == ["None", "active", "False", "False"]
+    assert run(GOMP_SPINCOUNT="123") == ["123", "None", "False", "False"]
 
 
 def test_one_thread_from_the_environment_matches_numpy():
