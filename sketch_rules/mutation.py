@@ -12,15 +12,18 @@ step history, a mutation edits the history and replays it (``replay_steps``).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import replace
 
-from scheduler_core.base.errors import ScheduleError
+from scheduler_core.base.errors import LoweringError, ScheduleError
+from scheduler_core.schedule.dataflow_step import replay_steps
 from scheduler_core.schedule.transform_step import (
     AnnotationStep,
     ComputeAtStep,
     FuseStep,
     PragmaStep,
     SplitStep,
+    check_compute_locations,
 )
 
 from .compute_location import get_compute_location_candidates
@@ -56,6 +59,42 @@ class MutationRule:
 
 def _pick(rng, seq):
     return seq[int(rng.integers(len(seq)))]
+
+
+# (id(dag), first steps) -> (dag, State after those steps).  A State is a pure function of
+# its DAG and steps, so a mutant that keeps the first k steps of its parent starts from the
+# replayed prefix instead of the DAG's initial state (the dag is kept so its id is not reused).
+_PREFIX_CACHE: OrderedDict = OrderedDict()
+PREFIX_CACHE_SIZE = 4096
+
+
+def replay_edited(state, steps: list, k: int):
+    """``replay_or_none(state, steps)`` for ``steps`` that keep ``state``'s first ``k`` steps.
+
+    The same State (same steps, same stages) as a replay from the DAG, or None when a step
+    is illegal or the compute locations do not lower; the state after the first ``k`` steps
+    comes from a cache of replayed prefixes (Ansor replays the whole history each time).
+    """
+    dag = state.dag
+    try:
+        key = (id(dag), tuple(steps[:k]))
+        hit = _PREFIX_CACHE.get(key)
+    except TypeError:  # a step holding an unhashable field
+        return replay_or_none(state, steps)
+    try:
+        if hit is not None and hit[0] is dag:
+            _PREFIX_CACHE.move_to_end(key)
+            cur = hit[1]
+        else:
+            cur = replay_steps(dag, steps[:k])
+            _PREFIX_CACHE[key] = (dag, cur)
+            if len(_PREFIX_CACHE) > PREFIX_CACHE_SIZE:
+                _PREFIX_CACHE.popitem(last=False)
+        for step in steps[k:]:
+            cur = step.apply(cur)
+        return check_compute_locations(cur)
+    except (ScheduleError, LoweringError):
+        return None
 
 
 class MutateTileSize(MutationRule):
@@ -101,7 +140,7 @@ class MutateTileSize(MutationRule):
             new[src] //= divide
             new[dst] *= divide
             steps[k] = replace(step, lengths=tuple(new[1:]))
-            out = replay_or_none(state, steps)
+            out = replay_edited(state, steps, k)
             if out is not None and is_gpu_task(policy.task) and not within_limits(policy.task, out):
                 return None
             return out
@@ -124,7 +163,7 @@ class MutateAutoUnroll(MutationRule):
         k = _pick(rng, cands)
         value = _pick(rng, auto_unroll_configs(policy))
         steps[k] = replace(steps[k], pragma_type=f"auto_unroll_max_step${value}")
-        return replay_or_none(state, steps)
+        return replay_edited(state, steps, k)
 
 
 class MutateComputeLocation(MutationRule):
@@ -157,7 +196,7 @@ class MutateComputeLocation(MutationRule):
         if target is None:
             return None
         steps[k] = ComputeAtStep(steps[k].stage_id, target, iter_id)
-        return replay_or_none(state, steps)
+        return replay_edited(state, steps, k)
 
 
 class MutateParallel(MutationRule):
@@ -179,7 +218,7 @@ class MutateParallel(MutationRule):
         k = _pick(rng, cands)
         fuse = steps[k - 1]
         sid = fuse.stage_id
-        prefix = replay_or_none(state, steps[:k - 1])
+        prefix = replay_edited(state, steps[:k - 1], k - 1)
         if prefix is None:
             return None
         st = prefix.stages[sid]
@@ -207,7 +246,7 @@ class MutateParallel(MutationRule):
                 if s is None:
                     return None
             new_steps.append(s)
-        return replay_or_none(state, new_steps)
+        return replay_edited(state, new_steps, k - 1)
 
 
 def _shift_iters(step, offset: int):
@@ -259,4 +298,4 @@ def apply_mutation(policy, state, rng, rules=None):
 
 __all__ = ["MutationRule", "MutateTileSize", "MutateComputeLocation", "MutateAutoUnroll",
            "MutateParallel", "DEFAULT_MUTATION_RULES", "GPU_MUTATION_RULES",
-           "default_mutation_rules", "apply_mutation"]
+           "default_mutation_rules", "apply_mutation", "replay_edited"]

@@ -35,6 +35,7 @@ from scheduler_core.ir.bound import (
 from scheduler_core.ir.expr import (
     BufferLoad,
     Expr,
+    FloatImm,
     IntImm,
     Reduce,
     TensorLoad,
@@ -57,6 +58,15 @@ def _key(t: Tensor) -> tuple:
     return (id(t.op), t.value_index)
 
 
+def _cv(e):
+    """``const_value(e)`` with the common constant cases answered without simplifying."""
+    if isinstance(e, (IntImm, FloatImm)):
+        return e.value
+    if isinstance(e, (int, float)):
+        return e
+    return const_value(e)
+
+
 @dataclass
 class BufferInfo:
     """Where a tensor lives: ``buffer`` holds the region starting at ``offsets``."""
@@ -68,8 +78,8 @@ class BufferInfo:
     def flat_index(self, indices) -> Expr:
         out: Expr = IntImm(0)
         for i, o, s in zip(indices, self.offsets, self.strides):
-            term = as_expr(i) if const_value(o) == 0 else as_expr(i) - o
-            out = out + (term if const_value(s) == 1 else term * s)
+            term = as_expr(i) if _cv(o) == 0 else as_expr(i) - o
+            out = out + (term if _cv(s) == 1 else term * s)
         return canonical(simplify(out))
 
 
@@ -80,7 +90,7 @@ def _row_major(shape, align=()) -> tuple:
     for d in range(len(shape) - 1, -1, -1):
         if d in aligned:
             f, o = aligned[d]
-            c = const_value(acc)
+            c = _cv(acc)
             if isinstance(c, int):
                 while c % f != o:
                     c += 1
@@ -229,8 +239,13 @@ class _Plan:
         return transform(e, fn)
 
     def body_of(self, k: int, out: int = 0) -> Expr:
-        """Stage ``k``'s body of output ``out`` with the inlined stages substituted."""
-        return self.inline(self.stages[k].op.bodies[out])
+        """Stage ``k``'s body of output ``out`` with the inlined stages substituted (computed
+        once per plan: bound inference and emission both ask for it)."""
+        memo = self.__dict__.setdefault("_bodies", {})
+        hit = memo.get((k, out))
+        if hit is None:
+            hit = memo[(k, out)] = self.inline(self.stages[k].op.bodies[out])
+        return hit
 
     def bodies_of(self, k: int) -> tuple:
         """The bodies of every output of stage ``k`` (one for most ops), inlined."""
@@ -344,9 +359,9 @@ class _Plan:
         region = []
         for d, rs in enumerate(reads):
             u = union(rs) if rs else None
-            if u is None or u.const_extent is None and const_value(full[d].extent) is not None:
+            if u is None or u.const_extent is None and _cv(full[d].extent) is not None:
                 u = full[d]
-            fe = const_value(full[d].extent)
+            fe = _cv(full[d].extent)
             if u.const_extent is not None and isinstance(fe, int) and u.const_extent >= fe:
                 u = full[d]
             region.append(u)
@@ -394,7 +409,7 @@ class _Plan:
         self.leaf_ext[k] = ext
         self.leaf_vars[k] = {it.name: Var(it.name.replace("@", ".").rstrip(".")) for it in st.iters}
         # A loop of one trip contributes 0 to every index: no loop variable is needed.
-        values = {name: (IntImm(0) if const_value(ext[name]) == 1 else var)
+        values = {name: (IntImm(0) if _cv(ext[name]) == 1 else var)
                   for name, var in self.leaf_vars[k].items()}
         vals, guards = root_values_with_guards(st, values, root_ext)
         out = {}
@@ -436,7 +451,7 @@ class _Plan:
         r = interval(v, self.range_env())
         if r is None:
             return False
-        lo, ext, e = const_value(r.lo), r.const_extent, const_value(extent)
+        lo, ext, e = _cv(r.lo), r.const_extent, _cv(extent)
         return isinstance(lo, int) and ext is not None and isinstance(e, int) and lo >= 0 and lo + ext <= e
 
     # -- buffers -----------------------------------------------------------
@@ -471,7 +486,7 @@ class _Plan:
 
 def _add_extent(x: Interval, extent: Expr) -> Interval | None:
     """The values ``x + [0, extent)``."""
-    e = const_value(extent)
+    e = _cv(extent)
     if x.const_extent is None or not isinstance(e, int) or e < 1:
         return None
     return Interval(x.lo, IntImm(x.const_extent + e - 1))
@@ -542,7 +557,7 @@ class _Emitter:
         ann = {"auto_unroll_max_step": prag["auto_unroll_max_step"]} if "auto_unroll_max_step" in prag else {}
         kind = _KIND.get(it.annotation, it.annotation)
         var, ext = p.leaf_vars[k][it.name], p.leaf_ext[k][it.name]
-        if const_value(ext) == 1 and not ann and kind in ("serial", "unrolled", "vectorized", "parallel"):
+        if _cv(ext) == 1 and not ann and kind in ("serial", "unrolled", "vectorized", "parallel"):
             return body  # a loop of one trip is its body (its variable was bound to 0)
         return T.For(var, IntImm(0), ext, kind, body, ann)
 

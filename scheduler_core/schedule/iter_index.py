@@ -18,9 +18,16 @@ from scheduler_core.ir.simplify import product as _prod
 from .loop_state import FuseRel, SplitRel, Stage
 
 
+def _cv(e):
+    """``const_value(e)``, answering constants without simplifying them."""
+    if isinstance(e, IntImm):
+        return e.value
+    return const_value(e)
+
+
 def _clamp(length: int, extent: Expr) -> Expr:
     """``min(length, extent)`` when the extent is a constant (TVM tightens split extents)."""
-    e = const_value(extent)
+    e = _cv(extent)
     return IntImm(min(length, e)) if isinstance(e, int) and e > 0 else IntImm(length)
 
 
@@ -64,7 +71,12 @@ def leaf_extents(stage: Stage, root_extents: dict) -> dict:
 
 
 def _needs_guard(parent_ext: Expr, child_exts: list) -> bool:
-    p = const_value(parent_ext)
+    p = _cv(parent_ext)
+    if all(isinstance(e, IntImm) for e in child_exts):
+        n = 1
+        for e in child_exts:
+            n *= e.value
+        return not (p is not None and p == n)
     c = const_value(_prod(child_exts))
     return not (p is not None and c is not None and p == c)
 
@@ -104,7 +116,7 @@ def root_values_with_guards(stage: Stage, leaf_vals: dict, root_extents: dict | 
             inner: Expr = IntImm(1)
             for c in reversed(rel.children):
                 e = ext[c]
-                v = f // inner if const_value(inner) != 1 else f
+                v = f // inner if _cv(inner) != 1 else f
                 if c != rel.children[0]:
                     v = v % e
                 vals[c] = simplify(v)

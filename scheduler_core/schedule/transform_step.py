@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from scheduler_core.base.errors import LoweringError, ScheduleError, check
@@ -375,8 +376,25 @@ def check_compute_locations(state: State) -> State:
       loop: it computes only what the readers in one iteration of ``T.x`` need (TVM's
       "cannot find the producer along the loop nest specified by compute_at").
 
-    Returns ``state``.  Raises LoweringError.
+    Returns ``state``.  Raises LoweringError.  A State is immutable, so a state that passed
+    is remembered (by identity, the last ``_CHECKED_MAX`` of them) and not checked again: the
+    search checks a mutant when it replays it and lowering checks it once more.
     """
+    hit = _CHECKED.get(id(state))
+    if hit is state:
+        return state
+    _check_compute_locations(state)
+    _CHECKED[id(state)] = state  # the state is kept so its id is not reused
+    if len(_CHECKED) > _CHECKED_MAX:
+        _CHECKED.popitem(last=False)
+    return state
+
+
+_CHECKED: OrderedDict = OrderedDict()
+_CHECKED_MAX = 8192
+
+
+def _check_compute_locations(state: State) -> None:
     for k, st in enumerate(state.stages):
         if st.compute_at != "iter":
             continue
@@ -408,7 +426,6 @@ def check_compute_locations(state: State) -> State:
             raise LoweringError(
                 f"{st.name} is computed at {state.stages[tgt].name}.{it_name} but "
                 f"{state.stages[r].name} reads it outside that loop")
-    return state
 
 
 def _time_loops_in_order(st) -> bool:

@@ -1,0 +1,180 @@
+"""Speed of one evolutionary-search round (Ansor section 5, ``EvolutionarySearch``), by phase.
+
+W1: matmul+bias 1024^3 float32, B layout-free (as ``benchmarks/tune.py``'s ``matmul_add``).
+W2: conv2d NCHW 1x64x56x56, 64 filters 3x3, pad 1, + bias + ReLU (TOPI's padding stage).
+
+For each workload: sample the initial population (``sample_init_population``, population
+2048 by default), train an ``LGBMModel`` on ``--train`` states of that population with
+synthetic costs (seeded uniform 1-10 ms: the model's accuracy does not matter here, only
+the work ``predict`` does, which is the same for any trained booster of the same size), then
+time ``SketchPolicy.evolutionary_search`` once (``num_iters`` generations, Ansor's default 4)
+split into phases:
+
+    mutation           SketchPolicy._mutate (edit the step history, replay, validate)
+    features           lowering + feature extraction (get_per_store_features_from_states)
+    prediction         the booster on the feature rows (predict minus features)
+    selection          the rest: roulette selection, de-duplication, bookkeeping
+
+Times are wall seconds (and the round's CPU seconds of this process) on a shared machine
+(2 cores on the development machine, where other jobs run too): compare numbers taken in
+the same conditions only.  Results, with the CPU model from /proc/cpuinfo, go to
+``benchmarks/results/search_speed.json``.
+
+    python benchmarks/search_speed.py [--workloads W1,W2] [--population 2048] [--train 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+import cost_model.lgbm_model as lgbm_module
+import scheduler_core as sc
+from cost_model import LGBMModel
+from scheduler_core import te
+from scheduler_core.measure.data import MeasureInput, MeasureResult
+from sketch_rules import SketchPolicyParams, generate_sketches, sample_init_population
+
+
+def matmul_add(n: int) -> list:
+    """W1: ``out = A @ B + C``, all (n, n) float32, B layout-free."""
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    C = te.placeholder((n, n), name="C")
+    k = te.reduce_axis((0, n), name="k")
+    mm = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
+                    attrs={"layout_free_placeholders": [B]})
+    out = te.compute((n, n), lambda i, j: mm[i, j] + C[i, j], name="out")
+    return [A, B, C, out]
+
+
+def conv2d_bias_relu(n: int, ci: int, h: int, w: int, co: int, k: int, pad: int = 1) -> list:
+    """W2: conv2d NCHW (stride 1) + bias + ReLU with a separate padding stage (TOPI)."""
+    data = te.placeholder((n, ci, h, w), name="data")
+    kernel = te.placeholder((co, ci, k, k), name="kernel")
+    bias = te.placeholder((co,), name="bias")
+    ph, pw = h + 2 * pad, w + 2 * pad
+    padded = te.compute(
+        (n, ci, ph, pw),
+        lambda b, c, y, x: te.if_then_else(te.all(y >= pad, y < h + pad, x >= pad, x < w + pad),
+                                           data[b, c, y - pad, x - pad], te.const(0, "float32")),
+        name="pad")
+    oh, ow = ph - k + 1, pw - k + 1
+    rc = te.reduce_axis((0, ci), name="rc")
+    ry = te.reduce_axis((0, k), name="ry")
+    rx = te.reduce_axis((0, k), name="rx")
+    conv = te.compute((n, co, oh, ow),
+                      lambda b, f, y, x: te.sum(padded[b, rc, y + ry, x + rx] * kernel[f, rc, ry, rx],
+                                                axis=[rc, ry, rx]), name="conv2d")
+    out = te.compute((n, co, oh, ow),
+                     lambda b, f, y, x: te.max(conv[b, f, y, x] + bias[f], te.const(0, "float32")),
+                     name="bias_relu")
+    return [data, kernel, bias, out]
+
+
+WORKLOADS = {"W1": lambda: matmul_add(1024), "W2": lambda: conv2d_bias_relu(1, 64, 56, 56, 64, 3)}
+
+
+def cpu_model() -> str:
+    """The ``model name`` line of /proc/cpuinfo (``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class _Timer:
+    """Accumulated wall seconds of wrapped calls."""
+
+    def __init__(self):
+        self.s = 0.0
+        self.calls = 0
+
+    def wrap(self, fn):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.s += time.perf_counter() - t0
+                self.calls += 1
+        return timed
+
+
+def time_round(name: str, population: int, n_train: int, seed: int) -> dict:
+    """One evolution round of workload ``name``; a dict of wall seconds per phase."""
+    task = sc.SearchTask(compute_dag=sc.ComputeDAG(WORKLOADS[name]()), target="llvm")
+    model = LGBMModel(seed=seed, num_warmup_sample=0)
+    policy = sc.SketchPolicy(task, model, params=SketchPolicyParams(population=population),
+                             seed=seed, verbose=0)
+    t0 = time.perf_counter()
+    policy.sketches = generate_sketches(policy, None)
+    init = sample_init_population(policy, policy.sketches, population, policy.rng)
+    t_init = time.perf_counter() - t0
+    rng = np.random.default_rng(seed + 1)
+    train = [init[int(i)] for i in rng.permutation(len(init))[:n_train]]
+    results = [MeasureResult(costs=(float(c),), error_no=0, error_msg="", all_cost=0.0, timestamp=0.0)
+               for c in rng.uniform(1e-3, 1e-2, len(train))]
+    model.update([MeasureInput(task, s) for s in train], results)
+    if model.booster is None:
+        raise RuntimeError("the LGBM model did not train")
+
+    mutation, features, predict = _Timer(), _Timer(), _Timer()
+    policy._mutate = mutation.wrap(policy._mutate)
+    policy._predict = predict.wrap(policy._predict)
+    original = lgbm_module.get_per_store_features_from_states
+    lgbm_module.get_per_store_features_from_states = features.wrap(original)
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        best = policy.evolutionary_search(init, 2 * 64 + 64)
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        lgbm_module.get_per_store_features_from_states = original
+    return {
+        "workload": name, "population": population, "num_iters": policy.params.num_iters,
+        "init_population": len(init), "sample_init_s": t_init, "round_s": total, "round_cpu_s": cpu,
+        "phases_s": {"mutation": mutation.s, "features": features.s,
+                     "prediction": predict.s - features.s,
+                     "selection": total - mutation.s - predict.s},
+        "mutations": mutation.calls, "predict_calls": predict.calls, "best_states": len(best),
+        "model": f"LGBMModel trained on {len(train)} states of the initial population with synthetic costs",
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="time one evolutionary-search round by phase")
+    ap.add_argument("--workloads", default="W1,W2")
+    ap.add_argument("--population", type=int, default=2048)
+    ap.add_argument("--train", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--label", default="", help="a note stored with the results (e.g. 'before')")
+    ap.add_argument("--out", default="benchmarks/results/search_speed.json")
+    opts = ap.parse_args()
+    rows = []
+    for name in opts.workloads.split(","):
+        row = time_round(name, opts.population, opts.train, opts.seed)
+        rows.append(row)
+        ph = row["phases_s"]
+        print(f"{name}: round {row['round_s']:.2f}s (CPU {row['round_cpu_s']:.2f}s) = mutation {ph['mutation']:.2f}s"
+              f" + features {ph['features']:.2f}s + prediction {ph['prediction']:.2f}s"
+              f" + selection {ph['selection']:.2f}s "
+              f"({row['mutations']} mutations; sampling the initial population took {row['sample_init_s']:.2f}s)",
+              flush=True)
+    meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "label": opts.label}
+    Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts.out).write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+    print(f"wrote {opts.out}")
+
+
+if __name__ == "__main__":
+    main()
