@@ -22,6 +22,7 @@ from .expr import (
     LogicalOp,
     Not,
     Select,
+    Var,
     as_expr,
     const,
     is_float,
@@ -155,7 +156,9 @@ def const_value(e: Any) -> int | float | None:
     """The Python value of ``e`` if it simplifies to a constant, else ``None``."""
     if isinstance(e, (int, float)):
         return e
-    if isinstance(e, IterVar):
+    if isinstance(e, (IntImm, FloatImm)):  # the common case, answered without simplifying
+        return e.value
+    if isinstance(e, (IterVar, Var)):
         return None
     s = simplify(as_expr(e))
     if isinstance(s, (IntImm, FloatImm)):
