@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_util import cpu_model, median_time_s  # same folder
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -128,37 +129,6 @@ WORKLOADS = {
     "W7": ("layer norm 1024x1024", lambda: layer_norm(1024, 1024)),
     "W8": ("batch matmul 16x128x128x128", lambda: batch_matmul(16, 128, 128, 128)),
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def median_time_s(fn, min_s: float = 0.2, repeat: int = 7) -> float:
-    """Median over ``repeat`` of the mean seconds per call of a loop lasting >= ``min_s``."""
-    fn()
-    number = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= min_s:
-            break
-        number = max(number * 2, int(number * min_s / max(t, 1e-9)))
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return float(np.median(times))
 
 
 def _best_within(log: Path, n: int, out: Path) -> Path:

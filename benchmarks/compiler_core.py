@@ -19,20 +19,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_util import best_of  # same folder
 
 import scheduler_core as sc
 from scheduler_core import te
-
-
-def best_of(fn, repeat: int = 7, number: int = 3) -> float:
-    """Median over ``repeat`` runs of the mean time of ``number`` calls, in seconds."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return float(np.median(times))
 
 
 def matmul_bias_packed(n: int, bn: int):

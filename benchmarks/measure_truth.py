@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_util import cpu_model, median_time_s  # same folder
 
 import scheduler_core as sc
 from scheduler_core import te
@@ -70,36 +71,6 @@ WORKLOADS = {
 }
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _median_loop_s(fn, min_s: float = 0.2, repeat: int = 7) -> float:
-    """Median over ``repeat`` of the mean seconds per call of a loop lasting >= ``min_s``."""
-    number, t = 1, 0.0
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        t = time.perf_counter() - t0
-        if t >= min_s:
-            break
-        number = max(number * 2, int(number * min_s / max(t, 1e-9)))
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number)
-    return float(np.median(times))
-
-
 def measure_one(name: str, trials: int, work: Path) -> dict:
     """Tune ``name`` through ``autosched tune`` and time its artifact here; figures as a dict."""
     dag = sc.ComputeDAG(WORKLOADS[name]())
@@ -124,7 +95,7 @@ def measure_one(name: str, trials: int, work: Path) -> dict:
     module(*arrays)  # warm-up
     evaluator = module.time_evaluator(module.entry_name, "cpu", number=1, repeat=7, min_repeat_ms=200)
     artifact_s = evaluator(*arrays).median
-    loop_s = _median_loop_s(lambda: module(*arrays))
+    loop_s = median_time_s(lambda: module(*arrays))
     reported_s = median_of(costs)
     return {"workload": name, "trials": trials, "tune_wall_s": round(tune_s, 1),
             "reported_ms": reported_s * 1e3, "record_costs_ms": [c * 1e3 for c in costs],
@@ -153,7 +124,7 @@ def main() -> None:
                   f"  python loop {row['artifact_python_loop_ms']:9.4f} ms"
                   f"  ratio {row['reported_over_artifact']:.3f}"
                   f"  spread {row['record_spread']:.3f}")
-    out = {"cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+    out = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_util import cpu_model  # same folder
 
 import scheduler_core as sc
 from scheduler_core import te
@@ -185,16 +186,6 @@ def stop_busy(procs: list) -> None:
 def set_autogroup_nice(pid: int | str, nice: int) -> None:
     """Give the autogroup (session) of ``pid`` the nice value ``nice`` (negative: root only)."""
     Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 # -- one configuration per worker process ---------------------------------------------

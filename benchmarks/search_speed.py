@@ -28,11 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_util import cpu_model  # same folder
 
 import cost_model.lgbm_model as lgbm_module
 import scheduler_core as sc
@@ -79,17 +79,6 @@ def conv2d_bias_relu(n: int, ci: int, h: int, w: int, co: int, k: int, pad: int 
 
 
 WORKLOADS = {"W1": lambda: matmul_add(1024), "W2": lambda: conv2d_bias_relu(1, 64, 56, 56, 64, 3)}
-
-
-def cpu_model() -> str:
-    """The ``model name`` line of /proc/cpuinfo (``platform.processor()`` elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class _Timer:

@@ -120,7 +120,7 @@ def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm") -> Compile
 def build_module(func: T.PrimFunc, body: T.Stmt, target: Target) -> tuple:
     """``(llvmlite.ir.Module, uses_parallel)`` for ``func`` with the (passed) ``body``."""
     module = ir.Module(name=func.name)
-    ctx = ModuleContext(module, func.name, target.num_cores)
+    ctx = ModuleContext(module, func.name, target.num_cores, target.vector_unit_bytes)
     args = [L.PTR] * len(func.params) + [L.I32] * len(func.scalar_params)
     fn = ir.Function(module, ir.FunctionType(L.I32, args), func.name)
     fn.attributes.add("nounwind")

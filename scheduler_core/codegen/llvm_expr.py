@@ -4,8 +4,8 @@ Reading guide: :meth:`ExprEmitter.expr` emits a value of the node's dtype;
 :meth:`ExprEmitter.index` emits integer index arithmetic widened to ``i64``
 (int32 in the IR, sign-extended, so large tensors are safe).  Variables of
 dtype int32 are held as ``i64`` values and truncated where an int32 value is
-needed.  ``self.mask`` is the lane mask of the vector ``Select`` branch being
-emitted: loads under it become masked loads/gathers, integer divisors of
+needed.  ``self.mask`` is the lane mask of the vector ``Select`` branch or of the
+predicated ``Store`` being emitted: loads under it become masked loads/gathers, integer divisors of
 masked-off lanes become 1, and scalar loads only run when some lane is active.
 
 Floating point instructions carry only the ``contract`` fast-math flag (FMA
@@ -175,9 +175,14 @@ class ExprEmitter(IntrinsicEmitter):
         raise BuildError(f"unknown integer operator {op!r}")
 
     def _safe_divisor(self, b):
-        """Masked-off lanes divide by 1 so that an untaken select branch cannot trap."""
-        if self.mask is None or isinstance(b, ir.Constant) or L.lanes_of(b) == 1:
+        """Masked-off lanes divide by 1 so that an untaken select branch (or the value of a
+        predicated store) cannot trap; under a mask a scalar divisor of 0 becomes 1 (its
+        division only ran, in the scalar program, for lanes where it was not 0)."""
+        if self.mask is None or isinstance(b, ir.Constant):
             return b
+        if L.lanes_of(b) == 1:
+            zero = self.builder.icmp_signed("==", b, ir.Constant(b.type, 0))
+            return self.builder.select(zero, ir.Constant(b.type, 1), b)
         one = ir.Constant(b.type, [ir.Constant(b.type.element, 1)] * b.type.count)
         return self.builder.select(self.mask, b, one)
 

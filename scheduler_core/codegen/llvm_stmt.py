@@ -32,8 +32,9 @@ GPU_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx
 class ModuleContext:
     """What the functions of one module share: the module, target and name counter."""
 
-    def __init__(self, module: ir.Module, name: str, num_threads: int):
+    def __init__(self, module: ir.Module, name: str, num_threads: int, vector_bytes: int = 64):
         self.module = module
+        self.vector_bytes = vector_bytes  # the build target's widest vector (bounds libmvec variants)
         self.name = name
         self.num_threads = num_threads
         self.counter = 0

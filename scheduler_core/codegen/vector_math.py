@@ -2,11 +2,14 @@
 
 LLVM expands a vector ``llvm.exp.v8f32`` into eight scalar ``expf`` calls; glibc
 (2.22+, most functions 2.35+) ships vector versions such as
-``_ZGVdN8v_expf`` (AVX2, 8 floats) and ``_ZGVbN4v_expf`` (SSE, 4 floats), with
-errors within 4 ulp.  For a float32/float64 vector whose lane count is 1, 2, 4
-or 8 times the native width, :func:`mvec_call` splits it into native chunks,
-calls libmvec and concatenates; otherwise it returns ``None`` and the caller
-falls back to LLVM intrinsics / per-lane libm calls.  This is the route of
+``_ZGVeN16v_expf`` (AVX-512, 16 floats), ``_ZGVdN8v_expf`` (AVX2, 8 floats) and
+``_ZGVbN4v_expf`` (SSE, 4 floats) -- the widest the host has is used -- with
+errors within 4 ulp.  For a float32/float64 vector of any lane count,
+:func:`mvec_call` pads it with undefined lanes to a multiple of the native width
+(a 20-lane or 4-lane vector of an AVX2 build is 3 or 1 chunks of 8), splits it
+into native chunks, calls libmvec, concatenates and drops the padding; without
+libmvec (or the function) it returns ``None`` and the caller falls back to LLVM
+intrinsics / per-lane libm calls.  This is the route of
 LLVM's ``-vector-library=LIBMVEC`` done by hand (TVM does the same for SVML).
 """
 
@@ -23,6 +26,7 @@ from scheduler_core.base.target import host_features
 
 from . import llvm_types as L
 
+MAX_CHUNKS = 64  # wider vectors go to the per-lane fallback (code size)
 FUNCS = ("exp", "log", "sin", "cos", "tanh", "erf", "exp2", "log2", "log10", "pow")
 
 
@@ -38,49 +42,69 @@ def _libmvec():
     return lib
 
 
-def _symbol(name: str, dtype: str) -> tuple | None:
-    """``(symbol, native lanes)`` of the libmvec function, or ``None``."""
+def _symbol(name: str, dtype: str, max_vector_bytes: int = 64) -> tuple | None:
+    """``(symbol, native lanes)`` of the libmvec function, or ``None``.
+
+    max_vector_bytes: the widest vector the code may use (the build target's vector unit:
+    an export for an AVX2 CPU built on an AVX-512 host must not call the AVX-512 variant).
+    """
     lib = _libmvec()
     if lib is None:
         return None
-    avx2 = "+avx2" in host_features().split(",")
-    lanes = (8 if avx2 else 4) if dtype == "float32" else (4 if avx2 else 2)
-    isa = "d" if avx2 else "b"
+    features = host_features().split(",")
     params = "vv" if name == "pow" else "v"
-    sym = f"_ZGV{isa}N{lanes}{params}_{name}{'f' if dtype == 'float32' else ''}"
-    return (sym, lanes) if hasattr(lib, sym) else None
+    suffix = f"{params}_{name}{'f' if dtype == 'float32' else ''}"
+    # Widest first: AVX-512 ("e", 512-bit), AVX2 ("d", 256-bit), SSE ("b", 128-bit).
+    for isa, bits, need in (("e", 512, "+avx512f"), ("d", 256, "+avx2"), ("b", 128, None)):
+        if (need is not None and need not in features) or bits > 8 * max_vector_bytes:
+            continue
+        lanes = bits // (32 if dtype == "float32" else 64)
+        sym = f"_ZGV{isa}N{lanes}{suffix}"
+        if hasattr(lib, sym):
+            return sym, lanes
+    return None
 
 
 def mvec_call(em, name: str, args: list, dtype: str):
     """Emit ``name(args)`` on vectors with libmvec, or return ``None`` if not possible.
 
-    em: the emitter (``builder``, ``module``).  args: LLVM vectors of ``dtype``.
+    em: the emitter (``builder``, ``module``; ``ctx.vector_bytes``, the build target's vector
+    unit in bytes, bounds the variant chosen).  args: LLVM vectors of ``dtype``.
     """
     lanes = L.lanes_of(args[0])
     if name not in FUNCS or dtype not in ("float32", "float64") or lanes == 1:
         return None
-    found = _symbol(name, dtype)
+    found = _symbol(name, dtype, getattr(getattr(em, "ctx", None), "vector_bytes", 64))
     if found is None:
         return None
     sym, width = found
-    chunks = lanes // width
-    if lanes % width or chunks not in (1, 2, 4, 8):
+    chunks = -(-lanes // width)
+    if chunks > MAX_CHUNKS:
         return None
     vt = ir.VectorType(L.scalar_type(dtype), width)
     fn = L.declare(em.module, sym, vt, [vt] * len(args))
     bld = em.builder
     parts = []
     for c in range(chunks):
-        if chunks == 1:
+        if chunks == 1 and lanes == width:
             parts.append(bld.call(fn, args))
             continue
-        mask = ir.Constant(ir.VectorType(L.I32, width),
-                           [ir.Constant(L.I32, c * width + k) for k in range(width)])
+        # Lanes past the end of the argument read as undefined (padding).
+        idx = [ir.Constant(L.I32, c * width + k if c * width + k < lanes else lanes) for k in range(width)]
+        mask = ir.Constant(ir.VectorType(L.I32, width), idx)
         sub = [bld.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), mask) for a in args]
         parts.append(bld.call(fn, sub))
     while len(parts) > 1:
-        parts = [_concat(bld, parts[i], parts[i + 1]) for i in range(0, len(parts), 2)]
-    return parts[0]
+        nxt = [_concat(bld, parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+        if len(parts) % 2:
+            last = parts[-1]
+            nxt.append(_concat(bld, last, ir.Constant(last.type, ir.Undefined)))
+        parts = nxt
+    out = parts[0]
+    if out.type.count == lanes:
+        return out
+    keep = ir.Constant(ir.VectorType(L.I32, lanes), [ir.Constant(L.I32, k) for k in range(lanes)])
+    return bld.shuffle_vector(out, ir.Constant(out.type, ir.Undefined), keep)
 
 
 def _concat(bld, a, b):
