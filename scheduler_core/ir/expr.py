@@ -118,11 +118,17 @@ class IntImm(Expr):
     value: int
     dtype: str = "int32"
 
+    def __int__(self) -> int:  # int(tensor.shape[0]) as in TVM
+        return int(self.value)
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FloatImm(Expr):
     value: float
     dtype: str = "float32"
+
+    def __float__(self) -> float:
+        return float(self.value)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -319,3 +319,9 @@ def test_access_analysis_scan():
     assert len(aa.get_producers(None, scan)) == 4  # two inits, two updates
     with pytest.raises(KeyError, match="not in this ComputeDAG"):
         aa.is_output(te.placeholder((1,), name="stranger").op)
+
+
+def test_shape_dims_convert_to_python_numbers_as_in_tvm():
+    A = te.placeholder((3, 5), name="A")
+    assert [int(d) for d in A.shape] == [3, 5]
+    assert float(te.const(2.5, "float32")) == 2.5
