@@ -206,6 +206,10 @@ class InitVectorization(PopulationGenerationRule):
                 continue
             time = st.root[0].var.name if sid in body and st.root else None
             attach = attached_stages(state)
+            if time is None:
+                state, done = _split_vectorize_inner(state, sid, attach, max_size, rng)
+                if done:
+                    continue
             n_fusible, prod = 0, 1
             while n_fusible < len(st.iters):
                 iter_id = len(st.iters) - 1 - n_fusible
@@ -231,6 +235,38 @@ class InitVectorization(PopulationGenerationRule):
                 state = FuseStep(sid, ids).apply(state)
                 state = AnnotationStep(sid, ids[0], "vectorize").apply(state)
         return state
+
+
+SPLIT_VECTORIZE_PROB = 0.5  # share of eligible untiled stages whose long innermost loop is split and vectorized
+
+
+def _split_vectorize_inner(state, sid: int, attach, max_size: int, rng) -> tuple:
+    """Split the innermost loop of an untiled stage by a random power of two (4 ..
+    ``max_size``, at most half its extent) and vectorize the inner part, when that loop is
+    a reduce loop or a spatial loop longer than ``max_size``.  Ansor vectorizes only
+    spatial loops whose (fused) extent is at most ``max_size``, without splitting: the
+    plain reductions of softmax, layer norm or pooling stay scalar, and so does an
+    elementwise stage over a long row (its ``exp`` then runs one lane at a time).  A
+    vectorized reduce loop runs on a vector accumulator with one horizontal reduction at
+    the end (the vectorize pass's reduction rewrite).  Applied to a share
+    SPLIT_VECTORIZE_PROB of the eligible stages (the random generator is drawn only for
+    those).  Returns ``(state, done)``.
+    """
+    st = state.stages[sid]
+    iter_id = len(st.iters) - 1
+    it = st.iters[iter_id] if st.iters else None
+    if (it is None or it.annotation != "none" or (sid, iter_id) in attach or is_tiled(st)
+            or it.const_extent is None):
+        return state, False
+    if not (it.kind == "reduce" or (it.kind == "spatial" and it.const_extent > max_size)):
+        return state, False
+    factors = [f for f in (4, 8, 16, 32, 64) if f <= max_size and 2 * f <= it.const_extent]
+    if not factors or rng.random() >= SPLIT_VECTORIZE_PROB:
+        return state, False
+    factor = int(factors[int(rng.integers(len(factors)))])
+    state = SplitStep(sid, iter_id, it.const_extent, (factor,), True).apply(state)
+    state = AnnotationStep(sid, iter_id + 1, "vectorize").apply(state)
+    return state, True
 
 
 def fuse_all_outer_space_iters(state, sid: int) -> tuple:

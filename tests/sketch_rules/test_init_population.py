@@ -125,15 +125,27 @@ def test_unroll_pragma_on_reduction_stages():
 
 
 def test_vectorization_is_innermost_and_short():
-    """A vectorized loop is the innermost loop of its stage, spatial, <= 16 lanes."""
+    """A vectorized loop is the innermost loop of its stage, <= 16 lanes (spatial, or the
+    inner part of a split reduce loop)."""
     for tensors in (W.matmul(32, 48, 16), W.rgb_to_yuv(16, 8), W.layer_norm(8, 16)):
         _, _, pop = _population(tensors, n=15)
         for state in pop:
             for st in state.stages:
                 for k, it in enumerate(st.iters):
                     if it.annotation == "vectorize":
-                        assert k == len(st.iters) - 1 and it.kind == "spatial"
-                        assert it.const_extent <= 16
+                        assert k == len(st.iters) - 1 and it.const_extent <= 16
+
+
+def test_long_rows_and_plain_reductions_get_a_split_vector_loop():
+    """Softmax over 1024-long rows: in some states the row max/sum reduce loops and the
+    exp/divide rows are split and their inner part vectorized (Ansor leaves them scalar)."""
+    _, _, pop = _population(W.softmax(64, 1024), n=30)
+    kinds = set()
+    for state in pop:
+        for st in state.stages:
+            if st.iters and st.iters[-1].annotation == "vectorize" and st.iters[-1].const_extent in (4, 8, 16):
+                kinds.add(st.iters[-1].kind)
+    assert kinds == {"spatial", "reduce"}, kinds
 
 
 def test_change_compute_location_moves_untiled_stages():
