@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fma_peak  # noqa: E402  (same folder)
+from tune import matmul_add  # noqa: E402  (same folder: W1 with B layout-free)
 
 import scheduler_core as sc  # noqa: E402
-from scheduler_core import te  # noqa: E402
 from tests.workloads import (  # noqa: E402  (the test suite's DAG library)
     batch_matmul,
     conv2d_nchw,
@@ -56,16 +56,6 @@ except ImportError:  # PyTorch is an optional baseline
     torch = None
 
 YUV = np.array([[0.257, -0.148, 0.439], [0.504, -0.291, -0.368], [0.098, 0.439, -0.071]], np.float32)
-
-
-def matmul_bias_layout_free(n: int):
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    C = te.placeholder((n, n), name="C")
-    k = te.reduce_axis((0, n), name="k")
-    mm = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
-                    attrs={"layout_free_placeholders": [B]})
-    return [A, B, C, te.compute((n, n), lambda i, j: mm[i, j] + C[i, j], name="out")]
 
 
 # -- numpy / torch baselines (inputs in the DAG's argument order, output excluded) -------------
@@ -120,7 +110,7 @@ TORCH = {
 }
 
 WORKLOADS = {
-    "W1": ("matmul+bias 1024^3", lambda: matmul_bias_layout_free(1024)),
+    "W1": ("matmul+bias 1024^3", lambda: matmul_add(1024)),
     "W2": ("conv2d 1x64x56x56 3x3 +bias+relu", lambda: conv2d_nchw(1, 64, 56, 56, 64, 3, 3)),
     "W3": ("softmax 1024x1024", lambda: softmax(1024, 1024)),
     "W4": ("RGB->YUV 1920x1080", lambda: rgb_to_yuv(1920, 1080)),

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -38,11 +39,13 @@ import numpy as np
 from bench_util import cpu_model  # same folder
 from tune import matmul_add  # same folder
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.workloads
+
 import scheduler_core as sc
 from cost_model import LGBMModel, RandomModel, pairwise_accuracy
 from cost_model.lgbm_train import LEGACY_PARAMS
-from scheduler_core import te
 from sketch_rules import SketchPolicyParams
+from tests.workloads import conv2d_nchw  # the test suite's DAG library
 
 # name -> LGBMModel keyword arguments; "legacy_auto" is the model as it was before pack-rank
 # (objective "auto" choosing pack-sum or lambdarank by cross-validation, 150 rounds)
@@ -55,31 +58,7 @@ VARIANTS: dict = {
 }
 
 
-def conv2d_bias_relu(n: int = 1, ci: int = 64, hw: int = 56, co: int = 64, k: int = 3, pad: int = 1):
-    """W2: conv2d NCHW (stride 1) + bias + ReLU with a separate zero-padding stage (TOPI's form)."""
-    data = te.placeholder((n, ci, hw, hw), name="data")
-    kernel = te.placeholder((co, ci, k, k), name="kernel")
-    bias = te.placeholder((co,), name="bias")
-    ph = hw + 2 * pad
-    padded = te.compute(
-        (n, ci, ph, ph),
-        lambda b, c, y, x: te.if_then_else(te.all(y >= pad, y < hw + pad, x >= pad, x < hw + pad),
-                                           data[b, c, y - pad, x - pad], te.const(0, "float32")),
-        name="pad")
-    oh = ph - k + 1
-    rc = te.reduce_axis((0, ci), name="rc")
-    ry = te.reduce_axis((0, k), name="ry")
-    rx = te.reduce_axis((0, k), name="rx")
-    conv = te.compute((n, co, oh, oh),
-                      lambda b, f, y, x: te.sum(padded[b, rc, y + ry, x + rx] * kernel[f, rc, ry, rx],
-                                                axis=[rc, ry, rx]),
-                      name="conv2d")
-    out = te.compute((n, co, oh, oh), lambda b, f, y, x: te.max(conv[b, f, y, x] + bias[f], te.const(0, "float32")),
-                     name="bias_relu")
-    return [data, kernel, bias, out]
-
-
-WORKLOADS = {"W1": lambda: matmul_add(1024), "W2": conv2d_bias_relu}
+WORKLOADS = {"W1": lambda: matmul_add(1024), "W2": lambda: conv2d_nchw(1, 64, 56, 56, 64, 3, 3)}
 
 
 def generate(name: str, model_name: str, path: str, trials: int, population: int, per_round: int,

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_util import cpu_model  # same folder
+from compiler_core import schedule_w1  # same folder
 
 import scheduler_core as sc
 from scheduler_core import te
@@ -49,36 +50,12 @@ from scheduler_core.codegen import compile_primfunc, parallel
 # -- workloads ------------------------------------------------------------------------
 
 def matmul_bias(n: int = 512, bn: int = 16, rows: int = 32, ti: int = 4):
-    """P1: ``out[i, j] = sum_k A[i, k] * B[k, j] + bias[j]``, shapes (n, n), (n, n), (n,) -> (n, n)."""
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    bias = te.placeholder((n,), name="bias")
-    packed = te.compute((n // bn, n, bn), lambda jo, k, ji: B[k, jo * bn + ji], name="packedB")
-    k = te.reduce_axis((0, n), name="k")
-    mm = te.compute((n, n), lambda i, j: te.sum(A[i, k] * packed[j // bn, k, j % bn], axis=k),
-                    name="matmul")
-    out = te.compute((n, n), lambda i, j: mm[i, j] + bias[j], name="out")
-    s = te.create_schedule(out.op)
-    jo, _, ji = s[packed].op.axis
-    s[packed].parallel(jo)
-    s[packed].vectorize(ji)
-    i, j = s[out].op.axis
-    io, ii = s[out].split(i, factor=rows)
-    jo2, ji2 = s[out].split(j, factor=bn)
-    s[out].reorder(io, jo2, ii, ji2)
-    iio, _ = s[out].split(ii, factor=ti)
-    s[out].parallel(io)
-    s[out].vectorize(ji2)
-    s[mm].compute_at(s[out], iio)
-    mi, mj = s[mm].op.axis
-    (mk,) = s[mm].op.reduce_axis
-    s[mm].reorder(mk, mi, mj)
-    s[mm].unroll(mi)
-    s[mm].vectorize(mj)
+    """P1: ``out = A @ B + C``, all (n, n) float32, with compiler_core's hand schedule of W1
+    (B packed into panels, a ti x bn register tile, row blocks of ``rows`` in parallel)."""
+    s, args = schedule_w1(n, ti=ti, bn=bn, rows=rows)
     rng = np.random.default_rng(0)
-    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-    c = rng.random(n, dtype=np.float32)
-    return s, [A, B, bias, out], [a, b, c], a @ b + c
+    a, b, c = (rng.random((n, n), dtype=np.float32) for _ in range(3))
+    return s, args, [a, b, c], a @ b + c
 
 
 def conv2d_bias_relu(ci: int = 64, hw: int = 56, co: int = 64, fb: int = 4, xb: int = 8):

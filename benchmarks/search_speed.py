@@ -1,6 +1,6 @@
 """Speed of one evolutionary-search round (Ansor section 5, ``EvolutionarySearch``), by phase.
 
-W1: matmul+bias 1024^3 float32, B layout-free (as ``benchmarks/tune.py``'s ``matmul_add``).
+W1: matmul+bias 1024^3 float32, B layout-free (``benchmarks/tune.py``'s ``matmul_add``).
 W2: conv2d NCHW 1x64x56x56, 64 filters 3x3, pad 1, + bias + ReLU (TOPI's padding stage).
 
 For each workload: sample the initial population (``sample_init_population``, population
@@ -28,57 +28,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from bench_util import cpu_model  # same folder
+from tune import matmul_add  # same folder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.workloads
 
 import cost_model.lgbm_model as lgbm_module
 import scheduler_core as sc
 from cost_model import LGBMModel
-from scheduler_core import te
 from scheduler_core.measure.data import MeasureInput, MeasureResult
 from sketch_rules import SketchPolicyParams, generate_sketches, sample_init_population
+from tests.workloads import conv2d_nchw  # the test suite's DAG library
 
-
-def matmul_add(n: int) -> list:
-    """W1: ``out = A @ B + C``, all (n, n) float32, B layout-free."""
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    C = te.placeholder((n, n), name="C")
-    k = te.reduce_axis((0, n), name="k")
-    mm = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
-                    attrs={"layout_free_placeholders": [B]})
-    out = te.compute((n, n), lambda i, j: mm[i, j] + C[i, j], name="out")
-    return [A, B, C, out]
-
-
-def conv2d_bias_relu(n: int, ci: int, h: int, w: int, co: int, k: int, pad: int = 1) -> list:
-    """W2: conv2d NCHW (stride 1) + bias + ReLU with a separate padding stage (TOPI)."""
-    data = te.placeholder((n, ci, h, w), name="data")
-    kernel = te.placeholder((co, ci, k, k), name="kernel")
-    bias = te.placeholder((co,), name="bias")
-    ph, pw = h + 2 * pad, w + 2 * pad
-    padded = te.compute(
-        (n, ci, ph, pw),
-        lambda b, c, y, x: te.if_then_else(te.all(y >= pad, y < h + pad, x >= pad, x < w + pad),
-                                           data[b, c, y - pad, x - pad], te.const(0, "float32")),
-        name="pad")
-    oh, ow = ph - k + 1, pw - k + 1
-    rc = te.reduce_axis((0, ci), name="rc")
-    ry = te.reduce_axis((0, k), name="ry")
-    rx = te.reduce_axis((0, k), name="rx")
-    conv = te.compute((n, co, oh, ow),
-                      lambda b, f, y, x: te.sum(padded[b, rc, y + ry, x + rx] * kernel[f, rc, ry, rx],
-                                                axis=[rc, ry, rx]), name="conv2d")
-    out = te.compute((n, co, oh, ow),
-                     lambda b, f, y, x: te.max(conv[b, f, y, x] + bias[f], te.const(0, "float32")),
-                     name="bias_relu")
-    return [data, kernel, bias, out]
-
-
-WORKLOADS = {"W1": lambda: matmul_add(1024), "W2": lambda: conv2d_bias_relu(1, 64, 56, 56, 64, 3)}
+WORKLOADS = {"W1": lambda: matmul_add(1024), "W2": lambda: conv2d_nchw(1, 64, 56, 56, 64, 3, 3)}
 
 
 class _Timer:
