@@ -1,6 +1,6 @@
 """cost_model: program features and learned cost models for the search (Ansor section 5.2).
 
-    State --feature.get_per_store_features--> float32 [n_stores, 164]
+    State --feature.get_per_store_features--> float32 [n_stores, 177]
     (MeasureInput, MeasureResult) --LGBMModel.update--> LightGBM booster
     (task, states) --LGBMModel.predict / RandomModel.predict--> scores, higher = faster
 

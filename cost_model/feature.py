@@ -4,13 +4,26 @@
                   --feature_extract.extract_feature_sets--> FeatureSets
                   --_pack (log2(x+1) of counts, one-hots)--> float32 [n_stores, N_FEATURES]
 
-The layout and names are those of TVM's ``GetPerStoreFeatureName``
-(src/auto_scheduler/feature.cc): 57 computation features, 18 access features for
-each of the 5 buffers with the most cache lines (then bytes), 10 points of the
-arithmetic-intensity curve, 4 allocation and 3 outer-loop features: 164 in all.
-Count-like values are log-scaled as ``log2(x + 1)`` (TVM's ``log2p``); one-hot
-and boolean entries are 0/1.  ``FEATURE_VERSION`` changes whenever the meaning
-or order of a column changes, so a saved model is never fed other columns.
+The first N_ANSOR_FEATURES = 164 columns are TVM's ``GetPerStoreFeatureName``
+(src/auto_scheduler/feature.cc), in its layout and with its names: 57 computation
+features, 18 access features for each of the 5 buffers with the most cache lines
+(then bytes), 10 points of the arithmetic-intensity curve, 4 allocation and 3
+outer-loop features.  Then come 13 columns TVM does not have
+(``feature_extract.EXTRA_NAMES``): the innermost loop's length and the strides the
+store and its reads take along it, the innermost reduction loop and the partial sums
+kept live across it (the register tile), the statements of the unrolled innermost
+nest, and the bytes moved into caches of 32 KiB, 1 MiB and 32 MiB (a capacity-only
+model over the store's loop nest): 177 in all.  In 4-fold cross-validation on the
+training parts of eleven W1/W2 record files (``benchmarks/model_accuracy.py``,
+``cv_on_training_part``) they raised the default model's mean pairwise accuracy from
+0.758 to 0.764.  Seven whole-program columns appended to every row (total float ops,
+stores, the largest parallel extent, executions outside parallel loops, summed cache
+traffic; TLP and TenSet's MLP see the whole program) lowered it from 0.751 to 0.736 in
+the same kind of cross-validation over nine of the files and were left out.
+
+Count-like values are log-scaled as ``log2(x + 1)`` (TVM's ``log2p``); one-hot and
+boolean entries are 0/1.  ``FEATURE_VERSION`` changes whenever the meaning or order of
+a column changes, so a saved model is never fed other columns.
 
 A state whose program cannot be lowered gets a single all-zero row; the models
 predict ``-inf`` for it (TVM does the same).  Features are cached by
@@ -30,12 +43,13 @@ from scheduler_core.lowering.lower import lower_state
 
 from .feature_extract import (
     ARITH_INTENSITY_CURVE_SAMPLE_N,
+    EXTRA_NAMES,
     OP_COUNTERS,
     FeatureSet,
     extract_feature_sets,
 )
 
-FEATURE_VERSION = "autosched-feature-v1"
+FEATURE_VERSION = "autosched-feature-v2"
 MAX_N_BUFS = 5  # buffers described per row (TVM's max_n_bufs)
 
 _POS = ("kPosNone", "kPosInnerSpatial", "kPosMiddleSpatial", "kPosOuterSpatial",
@@ -59,11 +73,13 @@ def _feature_names() -> tuple:
     names += [f"arith_intensity_curve_{i}" for i in range(ARITH_INTENSITY_CURVE_SAMPLE_N)]
     names += ["alloc_size", "alloc_prod", "alloc_outer_prod", "alloc_inner_prod"]
     names += ["outer_prod", "num_loops", "auto_unroll_max_step"]
+    names += list(EXTRA_NAMES)
     return tuple(names)
 
 
 FEATURE_NAMES: tuple = _feature_names()
-N_FEATURES = len(FEATURE_NAMES)  # 164
+N_FEATURES = len(FEATURE_NAMES)  # 177
+N_ANSOR_FEATURES = FEATURE_NAMES.index(EXTRA_NAMES[0])  # 164: TVM's columns come first
 
 
 def _slog(x: float) -> float:
@@ -102,6 +118,7 @@ def _row(fs: FeatureSet) -> list:
     row += [_slog(v) for v in fs.curve]
     row += [_slog(v) for v in fs.alloc]
     row += [_slog(v) for v in fs.outer]
+    row += [_slog(v) for v in fs.extra]
     return row
 
 
@@ -244,6 +261,6 @@ def pack_features(features: list) -> tuple:
     return X, pack_ids
 
 
-__all__ = ["FEATURE_NAMES", "FEATURE_VERSION", "N_FEATURES", "MAX_N_BUFS", "FeatureCache",
-           "get_per_store_features", "get_per_store_features_from_states",
+__all__ = ["FEATURE_NAMES", "FEATURE_VERSION", "N_FEATURES", "N_ANSOR_FEATURES", "MAX_N_BUFS",
+           "FeatureCache", "get_per_store_features", "get_per_store_features_from_states",
            "features_from_primfunc", "is_invalid", "pack_features"]

@@ -17,7 +17,11 @@ computes the five groups of TVM's ``PerStoreFeatureExtractor``:
 3. the arithmetic-intensity curve (FLOPs / bytes as loops are added, sampled at
    10 points);
 4. allocation (size and the loops around the allocation);
-5. outer scope (number of loops, product of extents, auto_unroll_max_step).
+5. outer scope (number of loops, product of extents, auto_unroll_max_step);
+
+and a sixth that TVM does not have (``EXTRA_NAMES``, ``PerStoreExtractor._extra``): the
+innermost loop's strides, the register tile under the innermost reduction loop, the
+unrolled statements, and a capacity-only cache-traffic estimate at three cache sizes.
 
 As in TVM, features are kept per *stored buffer*: the counts of several stores
 to one buffer (a reduction's init and update) add up, the other features come
@@ -63,6 +67,14 @@ _OP_SLOT = {"add": 1, "sub": 1, "mul": 2, "div": 3, "floordiv": 3, "floormod": 3
 GPU_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",
              "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
 
+# Group 6 (not in TVM): the register, unrolling and cache-capacity view of one store.
+# Capacities of the cache-traffic estimate, bytes: about an L1d, an L2 and an L3 slice.
+TRAFFIC_CAPACITIES = (32 << 10, 1 << 20, 32 << 20)
+EXTRA_NAMES = ("inner_len", "inner_store_stride", "inner_reads_contiguous", "inner_reads_broadcast",
+               "inner_reads_strided", "reduce_inner_len", "accumulators", "accumulator_bytes",
+               "unrolled_steps", "inner_footprint_bytes",
+               "traffic_32K", "traffic_1M", "traffic_32M")
+
 
 class FeatureSet:
     """Ansor's FeatureSet of one stored buffer (raw values, not log-scaled).
@@ -78,9 +90,10 @@ class FeatureSet:
     curve: arithmetic intensity (FLOP / byte) at 10 points.
     alloc: [size bytes, size elements * outer product, outer product, inner product].
     outer: [product of outer loop extents, number of loops, auto_unroll_max_step].
+    extra: the EXTRA_NAMES values (see ``PerStoreExtractor._extra``).
     """
 
-    __slots__ = ("ops", "vec", "unroll", "parallel", "gpu", "access", "curve", "alloc", "outer")
+    __slots__ = ("ops", "vec", "unroll", "parallel", "gpu", "access", "curve", "alloc", "outer", "extra")
 
     def __init__(self):
         self.ops = [0.0] * len(OP_COUNTERS)
@@ -92,6 +105,7 @@ class FeatureSet:
         self.curve = [0.0] * ARITH_INTENSITY_CURVE_SAMPLE_N
         self.alloc = [0.0] * 4
         self.outer = [0.0] * 3
+        self.extra = [0.0] * len(EXTRA_NAMES)
 
 
 def count_ops(value) -> list:
@@ -152,8 +166,10 @@ class PerStoreExtractor:
         self.gpu = [1.0 if self.is_gpu else 0.0] + [0.0] * 7
         self.outer_prod = 1.0
         self.auto_unroll = 0
+        self.auto_unroll_depth = -1    # depth of the loop carrying the innermost auto_unroll pragma
         # For -> {Buffer: [(acc_type, touched elements, element bytes)]} (TVM's for_touch_regions)
         self.touch: dict = {}
+        self._footprint: list = []  # the current store's cache-line footprint per loop level
 
     # -- traversal -----------------------------------------------------------
     def visit(self, s: T.Stmt) -> None:
@@ -189,9 +205,10 @@ class PerStoreExtractor:
             slot = 1 + GPU_KINDS.index(kind)
             self.gpu[0] = 1.0
             self.gpu[slot] = ext * (self.gpu[slot] or 1.0) if kind == "vthread" else float(ext)
-        saved_unroll = self.auto_unroll
+        saved_unroll = self.auto_unroll, self.auto_unroll_depth
         if "auto_unroll_max_step" in f.annotations:
             self.auto_unroll = int(f.annotations["auto_unroll_max_step"])
+            self.auto_unroll_depth = depth
         self.loops.append(f)
         self.extents.append(ext)
         self.var_depth[f.loop_var] = depth
@@ -201,7 +218,7 @@ class PerStoreExtractor:
         del self.var_depth[f.loop_var]
         self.extents.pop()
         self.loops.pop()
-        self.auto_unroll = saved_unroll
+        self.auto_unroll, self.auto_unroll_depth = saved_unroll
         if saved_gpu is not None:
             self.gpu = saved_gpu
         if stack is not None:
@@ -226,6 +243,7 @@ class PerStoreExtractor:
         fea.access = [self._access_feature(b, acc) for b, acc in accesses.items()]
         fea.curve = _intensity_curve(float_ops, ops_list, bytes_list)
         fea.outer = [self.outer_prod, float(len(self.loops)), float(self.auto_unroll)]
+        fea.extra = self._extra(buf, accesses)
 
     def _accesses(self, s: T.Store) -> dict:
         """Buffer -> [acc_type, [AffineForm...], element bytes, depths used] for one store."""
@@ -252,13 +270,19 @@ class PerStoreExtractor:
         """Record the elements each loop touches; return the intensity-curve inputs."""
         ops_list, bytes_list = [], []
         cur = float(float_ops)
+        line = self.line
+        # bytes of the cache lines the loops from depth i inwards touch (i = 0..n), for _extra
+        self._footprint = [float(line * len(accesses))] * (len(self.loops) + 1)
         for i in range(len(self.loops) - 1, -1, -1):
             regions = self.touch.setdefault(self.loops[i], {})
-            mem = 0
+            mem, line_bytes = 0, 0.0
             for b, (acc_type, forms, eb, _) in accesses.items():
                 n = touched_elements(forms, i, self.extents)
                 regions.setdefault(b, []).append((acc_type, n, eb))
                 mem += n * eb
+                run = min(contiguous_elements(forms, i, self.extents) * eb, line)
+                line_bytes += max(1.0, n * eb / run) * line
+            self._footprint[i] = line_bytes
             bytes_list.append(float(mem))
             cur *= self.extents[i]
             ops_list.append(cur)
@@ -285,6 +309,81 @@ class PerStoreExtractor:
             unique_lines = max(1.0, unique_bytes / min(n_cont, self.line))
         reuse = self._reuse(buf, depths)
         return (acc_type, bytes_, unique_bytes, lines, unique_lines) + reuse + (float(stride),)
+
+    def _extra(self, store_buf, accesses: dict) -> list:
+        """The EXTRA_NAMES values of one store (raw, not log-scaled).
+
+        The Ansor features describe each buffer access on its own; these describe what
+        the innermost loops make of the store, which is where tiled CPU schedules differ
+        (the register tile of Ansor's multi-level tiling, section 4.1, and the cache
+        levels above it):
+
+        - inner_len: the innermost loop's extent; inner_store_stride: the stored buffer's
+          stride (elements) along it; inner_reads_contiguous / _broadcast / _strided: how
+          many read buffers it walks with stride 1 / 0 / more (a vectorized loop turns
+          them into vector loads / broadcasts / gathers);
+        - reduce_inner_len: the extent of the innermost reduction loop (a loop that indexes
+          reads but not the stored buffer); accumulators: the elements of the stored buffer
+          touched by the loops inside it (the partial sums kept live across it, in registers
+          when few), accumulator_bytes: the same in bytes; both 0 for a store without a
+          reduction loop;
+        - unrolled_steps: copies of the store in the unrolled innermost nest (loops of kind
+          "unrolled", and serial loops under an ``auto_unroll_max_step`` pragma while the
+          product stays within it, as ``scheduler_core.passes.unroll``; a vectorized loop
+          counts once);
+        - inner_footprint_bytes: the bytes of the cache lines the innermost loop touches over
+          all the store's buffers (a buffer walked with a stride of a line or more costs a
+          whole line per element);
+        - traffic_32K / _1M / _32M: bytes moved into a cache of that capacity: the line
+          footprint of the largest loop nest whose footprint fits, times the trip count of
+          the loops around it (a capacity-only cache model of the store's own accesses).
+        """
+        n = len(self.loops)
+        out = [0.0] * len(EXTRA_NAMES)
+        if n == 0:
+            return out
+        inner = n - 1
+        out[0] = float(self.extents[inner])
+        store = accesses[store_buf]
+        out[1] = float(coefficient(store[1], inner) if inner in store[3] else 0)
+        for b, (_, forms, _eb, depths) in accesses.items():
+            if b is store_buf:
+                continue
+            c = coefficient(forms, inner) if inner in depths else 0
+            out[2 + (0 if c == 1 else 1 if c == 0 else 2)] += 1.0
+        read_depths: set = set()
+        for b, acc in accesses.items():
+            if b is not store_buf:
+                read_depths |= acc[3]
+        reduce = [d for d in read_depths if d not in store[3]]
+        if reduce:
+            r = max(reduce)
+            out[5] = float(self.extents[r])
+            acc_elems = touched_elements(store[1], r + 1, self.extents)
+            out[6] = float(acc_elems)
+            out[7] = float(acc_elems * store[2])
+        steps, depth = 1, 0
+        for i in range(inner, -1, -1):
+            loop, ext = self.loops[i], self.extents[i]
+            if loop.kind == "vectorized":
+                continue
+            if loop.kind == "unrolled" or (
+                    loop.kind == "serial" and i > self.auto_unroll_depth >= 0
+                    and steps * ext <= self.auto_unroll and depth < 8):
+                steps *= ext
+                depth += 1
+                continue
+            break
+        out[8] = float(steps)
+        footprint = self._footprint  # set by _touch_regions for this store
+        out[9] = footprint[inner]
+        for k, cap in enumerate(TRAFFIC_CAPACITIES):
+            i = next((i for i in range(n + 1) if footprint[i] <= cap), n)
+            trips = 1.0
+            for e in self.extents[:i]:
+                trips *= e
+            out[10 + k] = footprint[i] * trips
+        return out
 
     def _reuse(self, buf, depths: set) -> tuple:
         """(reuse type, distance in iterations, distance in bytes, reuse count): TVM's ComputeReuse."""
@@ -391,4 +490,4 @@ def extract_feature_sets(func: T.PrimFunc, cache_line_bytes: int = 64, is_gpu: b
 
 
 __all__ = ["FeatureSet", "PerStoreExtractor", "extract_feature_sets", "count_ops",
-           "ARITH_INTENSITY_CURVE_SAMPLE_N", "OP_COUNTERS"]
+           "ARITH_INTENSITY_CURVE_SAMPLE_N", "OP_COUNTERS", "EXTRA_NAMES", "TRAFFIC_CAPACITIES"]

@@ -57,11 +57,12 @@ def dag():
 
 
 def test_names_version_and_shape(dag):
-    """164 unique names in TVM's order (57 + 5 x 18 + 10 + 4 + 3); one row per stored buffer."""
-    assert N_FEATURES == len(FEATURE_NAMES) == 164
+    """177 unique names: TVM's 164 in its order (57 + 5 x 18 + 10 + 4 + 3), then 13 more
+    (test_extra_features.py); one row per stored buffer."""
+    assert N_FEATURES == len(FEATURE_NAMES) == 177
     assert len(set(FEATURE_NAMES)) == N_FEATURES
     assert FEATURE_NAMES[:3] == ("float_mad", "float_addsub", "float_mul")
-    assert FEATURE_NAMES[57] == "B0.acc_type.kRead" and FEATURE_NAMES[-1] == "auto_unroll_max_step"
+    assert FEATURE_NAMES[57] == "B0.acc_type.kRead" and FEATURE_NAMES[163] == "auto_unroll_max_step"
     assert isinstance(FEATURE_VERSION, str) and FEATURE_VERSION
     f = get_per_store_features(None, State.from_dag(dag), cache=None)
     assert f.shape == (2, N_FEATURES) and f.dtype == np.float32  # matmul, out

@@ -60,7 +60,7 @@ def test_bound_matmul_has_gpu_columns():
     state = _filled(sketch, [(2, 16, 2, 2), (1, 8, 4, 2), (4, 2)])
     state = InitThreadBind().apply(policy, state, np.random.default_rng(0))
     f = get_per_store_features(policy.task, state, cache=None)
-    assert f.shape == (4, N_FEATURES) and N_FEATURES == 164
+    assert f.shape == (4, N_FEATURES) and N_FEATURES == 177
     expected = [1.0, _log2p(32), 0, 0, _log2p(128), 0, 0, _log2p(2)]
     np.testing.assert_allclose(_gpu_cols(f), np.tile(expected, (4, 1)), rtol=1e-5)
 
