@@ -2,11 +2,17 @@
 
 W1: matmul+bias 1024^3 float32 with a packed-B layout stage, a 4x16 register
     tile (cache_write accumulators), vectorized inner loop, parallel outer loop.
+W2: conv2d 1x64x56x56 3x3 pad 1 + bias + ReLU (tests.workloads.conv2d_nchw, as in
+    compare.py): Ansor's CPU tiling by hand, a register tile of 4 output channels x one
+    output row of 56 (vectorized: 32 + 16 + 8 lanes) under the whole reduction
+    (rc, ry, rx), the bias+ReLU epilogue reading the tile, the padding at the root;
+    timed beside PyTorch's conv2d (2 threads) when PyTorch is installed.
 W4: RGB->YUV 1920x1080x3 (seed 003) with split/fuse/parallel/vectorize/unroll.
 
-Usage:  python benchmarks/compiler_core.py [--out benchmarks/results/compiler_core.json]
-Prints each kernel's time beside numpy's and writes the figures to a JSON file.
-Only ratios measured in the same run mean anything on a shared 2-core machine.
+Usage:  python benchmarks/compiler_core.py [--workloads W1,W2,W4] [--out benchmarks/results/compiler_core.json]
+Prints each kernel's time beside numpy's (and W2's beside PyTorch's) and writes the
+figures to a JSON file.  Only ratios measured in the same run mean anything on a shared
+2-core machine; the load average is recorded beside them.
 """
 
 from __future__ import annotations
@@ -15,14 +21,25 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from bench_util import best_of  # same folder
+from bench_util import best_of, median_time_s  # same folder
 
-import scheduler_core as sc
-from scheduler_core import te
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import scheduler_core as sc  # noqa: E402
+from scheduler_core import te  # noqa: E402
+from tests.workloads import conv2d_nchw  # noqa: E402  (the test suite's DAG library)
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # PyTorch is an optional baseline
+    torch = None
 
 
 def matmul_bias_packed(n: int, bn: int):
@@ -62,6 +79,33 @@ def schedule_w1(n: int = 1024, ti: int = 4, bn: int = 16, rows: int = 64, kc: in
     s[mm].unroll(mi)
     s[mm].vectorize(mj)
     del kc, iii
+    return s, args
+
+
+def schedule_w2(fi: int = 4, xi: int = 56):
+    """conv2d + bias + ReLU (1x64x56x56, 64 filters 3x3): output tiles of ``fi`` channels x
+    ``xi`` columns of one row, one parallel iteration per (channel block, row); the conv2d
+    tile is computed at the tile's loop with the reduction outside its (unrolled channels,
+    vectorized columns) register tile; the padding stage is computed at the root, parallel
+    over channels.  Returns ``(schedule, args)``."""
+    args = conv2d_nchw(1, 64, 56, 56, 64, 3, 3)
+    out = args[-1]
+    conv = out.op.input_tensors()[0]
+    pad = conv.op.input_tensors()[0]
+    s = te.create_schedule(out.op)
+    n, f, y, x = s[out].op.axis
+    fo, fii = s[out].split(f, factor=fi)
+    xo, xii = s[out].split(x, factor=xi)
+    s[out].reorder(n, fo, y, xo, fii, xii)
+    s[out].parallel(s[out].fuse(n, fo, y))
+    s[out].vectorize(xii)
+    s[conv].compute_at(s[out], xo)
+    cn, cf, cy, cx = s[conv].op.axis
+    rc, ry, rx = s[conv].op.reduce_axis
+    s[conv].reorder(cn, rc, ry, rx, cf, cy, cx)
+    s[conv].unroll(cf)
+    s[conv].vectorize(cx)
+    s[pad].parallel(s[pad].op.axis[1])
     return s, args
 
 
@@ -106,6 +150,32 @@ def bench_w1(n: int = 1024) -> dict:
             "speed_vs_numpy": numpy_s / ours, "build_s": build_s}
 
 
+def bench_w2() -> dict:
+    s, args = schedule_w2()
+    f = sc.build(s, args, "llvm")
+    rng = np.random.default_rng(0)
+    data, kernel, bias = (rng.random(tuple(int(d) for d in t.shape), dtype=np.float32) for t in args[:-1])
+    out = np.zeros(tuple(int(d) for d in args[-1].shape), np.float32)
+    f(data, kernel, bias, out)
+    p = np.pad(data, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))
+    ref = np.einsum("nchwyx,fcyx->nfhw", cols, kernel, optimize=True) + bias[None, :, None, None]
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-3, atol=1e-3)
+    flops = 2.0 * 64 * 64 * 9 * 56 * 56
+    row = {"workload": "W2 conv2d 1x64x56x56 3x3 +bias+relu float32", "load_avg": os.getloadavg()}
+    ours = median_time_s(lambda: f(data, kernel, bias, out))
+    row.update({"ours_ms": ours * 1e3, "ours_gflops": flops / ours / 1e9})
+    numpy_s = best_of(lambda: np.einsum("nchwyx,fcyx->nfhw", cols, kernel, optimize=True), number=1)
+    row.update({"numpy_ms": numpy_s * 1e3, "numpy_gflops": flops / numpy_s / 1e9, "speed_vs_numpy": numpy_s / ours})
+    if torch is not None:
+        torch.set_num_threads(2)
+        tin = [torch.from_numpy(a) for a in (data, kernel, bias)]
+        with torch.no_grad():
+            torch_s = median_time_s(lambda: F.relu(F.conv2d(tin[0], tin[1], tin[2], padding=1)))
+        row.update({"torch_ms": torch_s * 1e3, "speed_vs_torch": torch_s / ours})
+    return row
+
+
 def bench_w4(w: int = 1920, h: int = 1080) -> dict:
     s, args = schedule_w4(w, h)
     f = sc.build(s, args, "llvm")
@@ -125,10 +195,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/compiler_core.json")
     ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--workloads", default="W1,W2,W4")
     opts = ap.parse_args()
-    rows = [bench_w1(opts.n), bench_w4()]
+    benches = {"W1": lambda: bench_w1(opts.n), "W2": bench_w2, "W4": bench_w4}
+    rows = [benches[w]() for w in opts.workloads.split(",")]
     for r in rows:
         extra = f"  ({r['ours_gflops']:.1f} vs {r['numpy_gflops']:.1f} GFLOP/s)" if "ours_gflops" in r else ""
+        if "torch_ms" in r:
+            extra += f"; torch {r['torch_ms']:.3f} ms, speed vs torch {r['speed_vs_torch']:.2f}x"
         print(f"{r['workload']}: ours {r['ours_ms']:.3f} ms, numpy {r['numpy_ms']:.3f} ms, "
               f"speed vs numpy {r['speed_vs_numpy']:.2f}x{extra}")
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,12 @@ every random choice comes from the numpy Generator passed in.  Departures from A
 InitChangeComputeLocation may inline any legal stage (Ansor only inlines stages that
 were attached somewhere); InitParallel leaves loops of extent 1 serial; the stages a
 scan computes inside its time loop keep their placement and their time loop is never
-vectorized.  On a GPU, no InitVectorization: only the cooperative fetching of
-InitThreadBind vectorizes (a split of length 1 the mutations grow).
+vectorized.  On a CPU, in half of the samples the register tile of a tiled stage is
+drawn to fill whole vectors and fit the vector registers (``vector_tiles``), and
+InitVectorization vectorizes a tiled stage's innermost loop up to 4 vector registers
+(Ansor: up to ``max_vectorize_size`` lanes, and every length as likely).  On a GPU, no
+InitVectorization: only the cooperative fetching of InitThreadBind vectorizes (a split of
+length 1 the mutations grow).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from .state_queries import (
     scan_body_ids,
 )
 from .step_history import replay_or_none, step_key
+from .vector_tiles import register_tiles, sample_register_tile, vector_lanes
 
 AUTO_UNROLL_CONFIGS_CPU = (0, 16, 64, 512)
 AUTO_UNROLL_CONFIGS_GPU = (0, 16, 64, 512, 1024)
@@ -78,23 +83,37 @@ def _pick(rng, seq):
 class InitFillTileSize(PopulationGenerationRule):
     """Give every split with unknown lengths a random factorization of its extent (the
     product divides the extent; innermost <= ``params.max_innermost_split_factor``),
-    then replay the steps.  Fails on a symbolic extent or an illegal replay."""
+    then replay the steps.  On a CPU, the splits that make a tiled stage's register tile
+    (its loops after the last reduction loop; the innermost one is what InitVectorization
+    vectorizes) are drawn together in a share ``vector_tiles.VECTOR_TILE_PROB`` of the
+    samples: a vectorized length that fills whole vectors and a tile whose vector
+    accumulators fit the registers (:func:`vector_tiles.sample_register_tile`).  Fails on
+    a symbolic extent or an illegal replay."""
 
     name = "InitFillTileSize"
 
     def apply(self, policy, state, rng):
         max_inner = policy.params.max_innermost_split_factor
         steps = list(state.transform_steps)
-        changed = False
-        for k, step in enumerate(steps):
-            if not isinstance(step, SplitStep) or all(ln is not None for ln in step.lengths):
-                continue
-            if not isinstance(step.extent, int):
-                return None
-            scheme = _pick(rng, factorization_schemes(step.extent, len(step.lengths), max_inner))
+        unknown = [k for k, step in enumerate(steps)
+                   if isinstance(step, SplitStep) and any(ln is None for ln in step.lengths)]
+        if not unknown:
+            return state
+        if any(not isinstance(steps[k].extent, int) for k in unknown):
+            return None
+        chosen: dict = {}
+        if not is_gpu_task(policy.task):
+            vbytes = policy.task.hardware_params.vector_unit_bytes
+            for tile in register_tiles(state):
+                limit = tiled_vectorize_limit(policy, tile.dtype)
+                chosen.update(sample_register_tile(tile, steps, vbytes, limit, max_inner, rng))
+        for k in unknown:
+            step = steps[k]
+            scheme = chosen.get(k)
+            if scheme is None:
+                scheme = _pick(rng, factorization_schemes(step.extent, len(step.lengths), max_inner))
             steps[k] = replace(step, lengths=tuple(int(x) for x in scheme))
-            changed = True
-        return replay_or_none(state, steps) if changed else state
+        return replay_or_none(state, steps)
 
 
 class InitChangeComputeLocation(PopulationGenerationRule):
@@ -194,7 +213,9 @@ class InitUnroll(PopulationGenerationRule):
 class InitVectorization(PopulationGenerationRule):
     """Vectorize the innermost spatial loop of every stage, fusing a random number of the
     innermost loops first when their extents' product stays <= ``params.max_vectorize_size``
-    (a tiled stage vectorizes only its innermost loop)."""
+    (a tiled stage vectorizes only its innermost loop, up to :func:`tiled_vectorize_limit`
+    lanes: the vectorize pass cuts a long one into power-of-two vectors, a row of the
+    register tile)."""
 
     name = "InitVectorization"
 
@@ -223,7 +244,7 @@ class InitVectorization(PopulationGenerationRule):
                 if it.const_extent is None:
                     break
                 prod *= it.const_extent
-                if prod > max_size:
+                if prod > (tiled_vectorize_limit(policy, st.op.output(0).dtype) if is_tiled(st) else max_size):
                     break
                 n_fusible += 1
             if n_fusible > 1:
@@ -235,6 +256,17 @@ class InitVectorization(PopulationGenerationRule):
                 state = FuseStep(sid, ids).apply(state)
                 state = AnnotationStep(sid, ids[0], "vectorize").apply(state)
         return state
+
+
+TILED_VECTOR_REGISTERS = 4  # a tiled stage's innermost loop is vectorized up to this many registers
+
+
+def tiled_vectorize_limit(policy, dtype: str) -> int:
+    """The longest innermost loop of a tiled stage that InitVectorization vectorizes:
+    ``params.max_vectorize_size`` lanes, or TILED_VECTOR_REGISTERS vector registers of
+    ``dtype`` when that is more."""
+    lanes = vector_lanes(policy.task.hardware_params.vector_unit_bytes, dtype)
+    return max(policy.params.max_vectorize_size, TILED_VECTOR_REGISTERS * lanes)
 
 
 SPLIT_VECTORIZE_PROB = 0.5  # share of eligible untiled stages whose long innermost loop is split and vectorized

@@ -9,8 +9,9 @@ transcendental functions go to glibc's libmvec when it has them (see
 ``vector_math``), since LLVM would scalarize them into one libm call per lane.
 
 Memory: a stride-1 ``Ramp`` index is one ``<L x T>`` load/store aligned to the
-element size (``llvm.masked.load/store`` under a mask); any other vector index
-is ``llvm.masked.gather/scatter`` over a vector of addresses.
+element size (``llvm.masked.load/store`` under a mask); a load with a small constant
+power-of-two stride (a stride-2 convolution's input) is one masked load of the span and a
+shuffle; any other vector index is ``llvm.masked.gather/scatter`` over a vector of addresses.
 """
 
 from __future__ import annotations
@@ -164,6 +165,9 @@ class IntrinsicEmitter:
             else:
                 v = self.guarded(mask, lambda: self.load_scalar(ptr, one), dtype)
             return L.splat(self.builder, v, idx.lanes)
+        stride = _small_stride(idx)
+        if stride is not None:
+            return self._strided_load(ptr, e, stride, mask)
         addrs = self.address(ptr, dtype, self.index(idx))
         lanes = addrs.type.count
         vt = ir.VectorType(L.mem_type(dtype), lanes)
@@ -173,6 +177,32 @@ class IntrinsicEmitter:
         v = self.builder.call(fn, [addrs, L.const(L.elem_bytes(dtype), "int32"), m,
                                    ir.Constant(vt, None)])
         return self._from_mem(v, dtype)
+
+    def _strided_load(self, ptr, e: E.BufferLoad, stride: int, mask):
+        """``ptr[base + stride*i]`` for ``i < L``: one masked load of the ``stride * L``
+        elements from ``base`` whose mask holds only the lanes ``stride*i`` (those of active
+        lanes ``i`` under ``mask``), then a shuffle that keeps every ``stride``-th element.
+        It reads exactly the elements a gather would, so it cannot fault where the gather
+        would not; x86 has no fast gather (a 16-lane ``vgatherdps`` costs tens of cycles),
+        while this is one load and one or two permutes (LLVM's interleaved-access lowering)."""
+        assert isinstance(e.index, E.Ramp)
+        bld = self.builder
+        lanes = e.index.lanes
+        wide = lanes * stride
+        addr = self.address(ptr, e.dtype, self.index(e.index.base))
+        vt = ir.VectorType(L.mem_type(e.dtype), wide)
+        pattern = ir.Constant(ir.VectorType(L.I1, wide), [int(j % stride == 0) for j in range(wide)])
+        if mask is None:
+            wide_mask = pattern
+        else:
+            spread = bld.shuffle_vector(mask, ir.Constant(mask.type, ir.Undefined),
+                                        ir.Constant(ir.VectorType(L.I32, wide),
+                                                    [j // stride for j in range(wide)]))
+            wide_mask = bld.and_(spread, pattern)
+        fn = self._masked("load", vt, [L.PTR, L.I32, wide_mask.type, vt], vt, "p0")
+        v = bld.call(fn, [addr, L.const(L.elem_bytes(e.dtype), "int32"), wide_mask, ir.Constant(vt, None)])
+        keep = ir.Constant(ir.VectorType(L.I32, lanes), [i * stride for i in range(lanes)])
+        return self._from_mem(bld.shuffle_vector(v, ir.Constant(vt, ir.Undefined), keep), e.dtype)
 
     def _masked(self, op: str, vt, args: list, ret, ptr_suffix: str):
         name = f"llvm.masked.{op}.{L.intrinsic_suffix(vt)}.{ptr_suffix}"
@@ -215,3 +245,17 @@ class IntrinsicEmitter:
 
 def _unit_stride(idx: E.Expr) -> TypeGuard[E.Ramp]:
     return isinstance(idx, E.Ramp) and ES.is_const(idx.stride, 1)
+
+
+MAX_STRIDED_LOAD_LANES = 64  # a strided load spans at most this many elements (else a gather)
+
+
+def _small_stride(idx: E.Expr) -> int | None:
+    """The stride of a Ramp index whose lanes and constant stride (>= 2) are powers of two
+    and span at most MAX_STRIDED_LOAD_LANES elements (a strided load), else None (a gather)."""
+    if not isinstance(idx, E.Ramp):
+        return None
+    stride = ES.const_value(idx.stride)
+    if not isinstance(stride, int) or stride < 2 or stride & (stride - 1) or idx.lanes & (idx.lanes - 1):
+        return None
+    return stride if idx.lanes * stride <= MAX_STRIDED_LOAD_LANES else None

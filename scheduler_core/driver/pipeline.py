@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scheduler_core.ir import tir as T
-from scheduler_core.passes import unroll_loops, vectorize_loops
+from scheduler_core.passes import SMALL_LOOP_STEPS, unroll_loops, vectorize_loops
 
 PASSES_DONE = "passes_done"  # PrimFunc.attrs key set once the passes have run
 
 
 def run_passes(func: T.PrimFunc) -> T.PrimFunc:
-    """Unroll then vectorize the annotated loops of ``func`` (a no-op when already done)."""
+    """Unroll then vectorize the annotated loops of ``func`` (a no-op when already done);
+    small constant loops are unrolled too (``SMALL_LOOP_STEPS``: LLVM's unroller is off)."""
     if func.attrs.get(PASSES_DONE):
         return func
-    body = vectorize_loops(unroll_loops(func.body))
+    body = vectorize_loops(unroll_loops(func.body, small_loop_steps=SMALL_LOOP_STEPS))
     return replace(func, body=body, attrs={**func.attrs, PASSES_DONE: True})

@@ -14,6 +14,14 @@ Two sources of unrolling:
   product of the trip counts of the nest).  The annotated loop itself is outside
   the pragma's scope, as in TVM, where the pragma is an attribute inside it.
 
+* small loops (``small_loop_steps``, the CPU pipeline's SMALL_LOOP_STEPS): a serial
+  loop of constant extent whose unrolled nest has at most that many steps, with or
+  without a pragma.  This is the full unrolling of small constant loops that LLVM's O3
+  would do, which the CPU build turns off (``codegen.llvm_codegen.optimize``): without
+  it a register tile whose stage drew ``auto_unroll_max_step`` 0 kept its accumulators
+  in memory (a 4x4 tile of conv2d ran 4x slower than unrolled), where TVM's build of the
+  same schedule gets LLVM's unrolling.
+
 Loops with non-constant extents are left alone.  A vectorized loop with a
 constant extent counts as a single step (it becomes one vector statement) and
 is never unrolled itself.
@@ -28,6 +36,7 @@ from scheduler_core.ir import simplify as ES
 from scheduler_core.ir import tir as T
 
 AUTO_MAX_DEPTH = 8  # TVM's auto_max_depth default
+SMALL_LOOP_STEPS = 16  # CPU: nests of at most this many steps are unrolled without a pragma
 
 
 def map_stmt_exprs(s: T.Stmt, fe) -> T.Stmt:
@@ -92,7 +101,7 @@ class _Info:
                      max(self.normal_depth, o.normal_depth))
 
 
-def unroll_loops(stmt: T.Stmt, auto_unroll_max_step: int = 0) -> T.Stmt:
+def unroll_loops(stmt: T.Stmt, auto_unroll_max_step: int = 0, small_loop_steps: int = 0) -> T.Stmt:
     """Unroll explicit and automatic loops in ``stmt`` (TVM's UnrollLoop pass).
 
     Parameters
@@ -102,45 +111,48 @@ def unroll_loops(stmt: T.Stmt, auto_unroll_max_step: int = 0) -> T.Stmt:
     auto_unroll_max_step : int
         Default maximum step count for automatic unrolling outside any loop
         annotated with ``auto_unroll_max_step`` (0 = only explicit unrolling).
+    small_loop_steps : int
+        Nests of at most this many steps are unrolled everywhere, whatever the pragma
+        says (the CPU pipeline passes SMALL_LOOP_STEPS; 0 = none).
 
     Returns the rewritten statement (a PrimFunc gives a PrimFunc); the input is
     not modified.
     """
     if isinstance(stmt, T.PrimFunc):
-        return dataclasses.replace(stmt, body=unroll_loops(stmt.body, auto_unroll_max_step))
-    return _visit(stmt, auto_unroll_max_step)[0]
+        return dataclasses.replace(stmt, body=unroll_loops(stmt.body, auto_unroll_max_step, small_loop_steps))
+    return _visit(stmt, max(auto_unroll_max_step, small_loop_steps), small_loop_steps)[0]
 
 
-def _visit(s: T.Stmt, max_step: int) -> tuple:
+def _visit(s: T.Stmt, max_step: int, small: int) -> tuple:
     if isinstance(s, T.For):
-        return _visit_for(s, max_step)
+        return _visit_for(s, max_step, small)
     if isinstance(s, T.SeqStmt):
         info, out = _Info(), []
         for c in s.seq:
-            new, ci = _visit(c, max_step)
+            new, ci = _visit(c, max_step, small)
             out.append(new)
             info = info.join(ci)
         return (T.seq(*out) if out else T.SeqStmt(())), info
     if isinstance(s, T.IfThenElse):
-        then, ti = _visit(s.then_case, max_step)
+        then, ti = _visit(s.then_case, max_step, small)
         if s.else_case is None:
             return T.IfThenElse(s.cond, then, None, s.likely), ti
-        other, ei = _visit(s.else_case, max_step)
+        other, ei = _visit(s.else_case, max_step, small)
         return T.IfThenElse(s.cond, then, other, s.likely), ti.join(ei)
     if isinstance(s, T.Allocate):
-        body, bi = _visit(s.body, max_step)
+        body, bi = _visit(s.body, max_step, small)
         return T.Allocate(s.buffer, body), bi
     if isinstance(s, T.LetStmt):
-        body, bi = _visit(s.body, max_step)
+        body, bi = _visit(s.body, max_step, small)
         return T.LetStmt(s.var, s.value, body), bi
     if isinstance(s, (T.Store, T.Evaluate, T.Barrier)):
         return s, _Info(steps=1)
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 
-def _visit_for(loop: T.For, max_step: int) -> tuple:
-    inner_step = int(loop.annotations.get("auto_unroll_max_step", max_step))
-    body, bi = _visit(loop.body, inner_step)
+def _visit_for(loop: T.For, max_step: int, small: int) -> tuple:
+    inner_step = max(int(loop.annotations.get("auto_unroll_max_step", max_step)), small)
+    body, bi = _visit(loop.body, inner_step, small)
     new = T.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, dict(loop.annotations))
     n = const_extent(loop)
     if loop.kind == "vectorized" and n is not None:

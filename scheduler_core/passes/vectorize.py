@@ -39,6 +39,11 @@ vectorized loop whose body is one serial loop (``for v vectorized { for k {..} }
 e.g. a vectorized reduce axis reordered outside a spatial one) is interchanged with
 it when the interchanged nest then vectorizes without any fallback.
 
+Widths.  The vector statements of a loop of ``L`` lanes use one width ``L`` when it is
+a power of two, else one group per power-of-two piece of ``L`` (28 lanes -> 16 + 8 + 4,
+a piece of one lane scalar): the x86 back end handles ``<28 x float>`` by re-packing it
+lane by lane (``pow2_pieces``).
+
 Like TVM, the pass assumes a loop marked vectorized has no dependence between
 its iterations other than such reductions.  When the body holds something it
 cannot vectorize -- a nested loop, an ``Allocate``, an ``Evaluate``, a store to
@@ -117,7 +122,7 @@ def _vectorize_for(loop: T.For, strict: bool) -> T.Stmt:
         return T.SeqStmt(())
     if lanes is not None:
         try:
-            return _Vectorizer(loop.loop_var, loop.min, lanes).stmt(loop.body)
+            return _vectorize_pieces(loop, lanes)
         except _Fallback:
             pass
         inner = loop.body
@@ -137,6 +142,39 @@ def _vectorize_for(loop: T.For, strict: bool) -> T.Stmt:
         raise _Fallback(f"loop {loop.loop_var.name} stays serial")
     return T.For(loop.loop_var, loop.min, loop.extent, "serial",
                  _visit(loop.body, False), dict(loop.annotations))
+
+
+def pow2_pieces(lanes: int) -> list:
+    """``lanes`` as a sum of powers of two, widest first: ``[(offset, width), ...]``
+    (28 -> (0, 16), (16, 8), (24, 4))."""
+    out, offset = [], 0
+    width = 1 << (lanes.bit_length() - 1)
+    while width:
+        if lanes - offset >= width:
+            out.append((offset, width))
+            offset += width
+        width >>= 1
+    return out
+
+
+def _vectorize_pieces(loop: T.For, lanes: int) -> T.Stmt:
+    """The vector statements of ``loop`` (constant extent ``lanes`` >= 2): one group of
+    ``lanes`` lanes when that is a power of two, else one group per power-of-two piece
+    of it (a piece of one lane is the scalar body).  A vector type of a width that is
+    not a power of two (``<28 x float>``) is legal LLVM, but the x86 back end widens and
+    re-packs it lane by lane around every loop-carried value (tens of times slower than
+    the same lanes as 16 + 8 + 4).  Raises ``_Fallback`` as ``_Vectorizer`` does."""
+    pieces = pow2_pieces(lanes)
+    if len(pieces) == 1:
+        return _Vectorizer(loop.loop_var, loop.min, lanes).stmt(loop.body)
+    out = []
+    for offset, width in pieces:
+        start = ES.simplify(loop.min + offset)
+        if width == 1:
+            out.append(_visit(substitute_stmt(loop.body, {loop.loop_var: start}), True))
+        else:
+            out.append(_Vectorizer(loop.loop_var, start, width).stmt(loop.body))
+    return T.SeqStmt(tuple(out))
 
 
 def _ramp(base: E.Expr, stride: E.Expr, lanes: int) -> E.Ramp:
@@ -211,7 +249,8 @@ def vector_reduction(loop: T.For) -> T.Stmt | None:
 
     ``loop``: a perfect nest of serial loops (scalar guards allowed between them)
     ending in a ``vectorized`` loop of constant extent ``L`` >= 2 (above 64 it is first
-    strip-mined into serial chunks of 16 lanes, the tail guarded) whose body is,
+    strip-mined into serial chunks of 16 lanes, the tail guarded; below, an ``L`` that is
+    not a power of two into chunks of the widest power of two below ``L``) whose body is,
     under ``IfThenElse`` guards without else, one store ``X[s] = X[s] op g`` (op in
     add/mul/max/min, ``X`` of a numeric dtype, ``s`` using none of the nest's vars,
     ``g`` and the guards not reading ``X``, lane-dependent guards free of loads).
@@ -236,11 +275,14 @@ def vector_reduction(loop: T.For) -> T.Stmt | None:
     lanes = const_extent(vec)
     if lanes is None or lanes < 2:
         return None
-    if lanes > MAX_ACCUMULATOR_LANES:
+    if lanes > MAX_ACCUMULATOR_LANES or lanes & (lanes - 1):
         if not _is_update(vec.body):
             return None
-        # A wide reduce loop: strip-mine it into serial chunks of STRIP_LANES lanes.
-        mined = _replace_innermost(loop, vec, _strip_mine(vec, lanes))
+        # A wide reduce loop: strip-mine it into serial chunks of STRIP_LANES lanes; a width
+        # that is not a power of two into chunks of the widest power of two below it (the
+        # accumulator is then a power-of-two vector, see _vectorize_pieces).
+        width = STRIP_LANES if lanes > MAX_ACCUMULATOR_LANES else 1 << (lanes.bit_length() - 1)
+        mined = _replace_innermost(loop, vec, _strip_mine(vec, lanes, width))
         return vector_reduction(mined) if isinstance(mined, T.For) else None
     var = vec.loop_var
     guards = []
@@ -307,10 +349,9 @@ def _is_update(body: T.Stmt) -> bool:
     return isinstance(body, T.Store) and body.predicate is None and _match_update(body) is not None
 
 
-def _strip_mine(vec: T.For, lanes: int) -> T.For:
-    """``for v in [m, m+L) vectorized {B}`` -> ``for vo { for vi vectorized(STRIP_LANES) {
+def _strip_mine(vec: T.For, lanes: int, w: int) -> T.For:
+    """``for v in [m, m+L) vectorized {B}`` -> ``for vo { for vi vectorized(W) {
     if (vo*W + vi < L) B[v := m + vo*W + vi] } }``."""
-    w = STRIP_LANES
     vo = E.Var(f"{vec.loop_var.name}.o", vec.loop_var.dtype)
     vi = E.Var(f"{vec.loop_var.name}.i", vec.loop_var.dtype)
     pos = vo * w + vi

@@ -131,7 +131,7 @@ def test_reference_evaluator_computes_every_output():
 def test_lowering_stores_each_output_in_one_loop_nest_and_the_build_matches_numpy():
     x, A, B = _elementwise()
     s = te.create_schedule(A.op)
-    xo, xi = s[A].split(A.op.axis[0], factor=8)
+    xo, xi = s[A].split(A.op.axis[0], factor=16)  # 16 x 2 stores: above SMALL_LOOP_STEPS, stays a loop
     s[A].parallel(xo)
     func = sc.lower(s, [x, A, B])
     loops = [n for n in T.walk_stmts(func.body) if isinstance(n, T.For)]

@@ -19,9 +19,9 @@ from sketch_rules import (
     sample_init_population,
 )
 from sketch_rules.compute_location import get_compute_location_candidates
-from sketch_rules.init_population import lowers
+from sketch_rules.init_population import lowers, tiled_vectorize_limit
 from sketch_rules.split_factors import factorization_schemes, factors_of
-from sketch_rules.state_queries import has_nested_parallel, scan_body_ids
+from sketch_rules.state_queries import has_nested_parallel, is_tiled, scan_body_ids
 from tests import workloads as W
 from tests.sketch_rules.stub_policy import make_policy
 
@@ -126,14 +126,17 @@ def test_unroll_pragma_on_reduction_stages():
 
 def test_vectorization_is_innermost_and_short():
     """A vectorized loop is the innermost loop of its stage, <= 16 lanes (spatial, or the
-    inner part of a split reduce loop)."""
+    inner part of a split reduce loop); the innermost loop of a tiled stage up to 4 vector
+    registers (32 float32 lanes with the stub's 32-byte vectors)."""
     for tensors in (W.matmul(32, 48, 16), W.rgb_to_yuv(16, 8), W.layer_norm(8, 16)):
-        _, _, pop = _population(tensors, n=15)
+        policy, _, pop = _population(tensors, n=15)
+        assert tiled_vectorize_limit(policy, "float32") == 32
         for state in pop:
             for st in state.stages:
                 for k, it in enumerate(st.iters):
                     if it.annotation == "vectorize":
-                        assert k == len(st.iters) - 1 and it.const_extent <= 16
+                        assert k == len(st.iters) - 1
+                        assert it.const_extent <= (32 if is_tiled(st) else 16)
 
 
 def test_long_rows_and_plain_reductions_get_a_split_vector_loop():
