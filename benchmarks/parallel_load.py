@@ -1,27 +1,37 @@
 """Parallel loops on a shared machine: time under 0, 1 and 2 busy processes of other sessions.
 
-Two hand-scheduled parallel programs (float32):
+Three hand-scheduled parallel programs (float32):
 
 P1: matmul + bias 512^3 (B packed into 16-wide panels by a parallel layout stage,
     4x16 register tiles, 32-row panels per parallel iteration: 16 iterations).
 P2: conv2d NCHW 1x64x56x56, 64 filters 3x3, pad 1, + bias + ReLU (padding stage
     parallel over channels; output tiles of 4 channels x 8 columns, one parallel
     iteration per (channel block, row): 896 iterations).
+P3: out = a * 2 + b over 65536 floats in 16 parallel blocks: a loop of tens of
+    microseconds, where starting and joining the threads is most of the time.
 
 Each configuration of the parallel runtime (see scheduler_core.codegen.parallel) runs
 in a worker process of its own that builds both programs once:
 
-    old           static chunks (one per thread), GOMP_SPINCOUNT=300000 (libgomp's default)
-    dynamic_only  dynamic chunks, GOMP_SPINCOUNT=300000
-    spin_only     static chunks, this package's GOMP_SPINCOUNT
-    new           dynamic chunks, this package's GOMP_SPINCOUNT (the default now)
+    pool          dynamic chunks on this package's thread pool (codegen.thread_pool): the
+                  caller returns when every chunk has completed, not every thread
+    pool_static   static chunks (one per thread) on the thread pool
+    new           dynamic chunks on libgomp, this package's GOMP_SPINCOUNT
+                  (AUTOSCHED_PARALLEL_RUNTIME=gomp)
+    spin_only     static chunks on libgomp, this package's GOMP_SPINCOUNT
+    dynamic_only  dynamic chunks on libgomp, GOMP_SPINCOUNT=300000
+    old           static chunks on libgomp (one per thread), GOMP_SPINCOUNT=300000 (libgomp's default)
 
 Every load level (quiet, then one, then two busy single-thread processes started in
 a new session with ``setsid``: Linux shares CPU time between sessions (autogroups),
 so busy children in the benchmark's own session would hide the problem) is timed in
 rounds over the workers in turn, so that the configurations see the same load.
 Figures are medians of the mean time of a few calls, reported per configuration as
-ratios to its own quiet time (one process each).
+ratios to its own quiet time (one process each).  At each load level the benchmark also
+measures how many CPUs as many spinning processes of its own session as the programs'
+threads get (``cpus_for_threads``): since autogroups share the CPUs between sessions,
+``threads / cpus`` is the best ratio any runtime can reach (about 1.9x with one busy
+process and 3x with two on a 2-core machine).
 
 Usage:  python benchmarks/parallel_load.py [--out benchmarks/results/parallel_load.json]
             [--configs old,new] [--autogroup-nice -20]
@@ -34,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -45,7 +56,7 @@ from compiler_core import schedule_w1  # same folder
 
 import scheduler_core as sc
 from scheduler_core import te
-from scheduler_core.codegen import compile_primfunc, parallel
+from scheduler_core.codegen import compile_primfunc, parallel, thread_pool
 
 # -- workloads ------------------------------------------------------------------------
 
@@ -98,7 +109,24 @@ def conv2d_bias_relu(ci: int = 64, hw: int = 56, co: int = 64, fb: int = 4, xb: 
     return s, [data, kernel, bias, out], [d, w, bb], ref.astype(np.float32)
 
 
-WORKLOADS = {"matmul_bias_512": matmul_bias, "conv2d_1x64x56x56_3x3_bias_relu": conv2d_bias_relu}
+def scale_add_64k(n: int = 65536, block: int = 4096):
+    """P3: ``out = a * 2 + b`` over n float32, 16 parallel blocks of 4096 (vectorized): a short
+    parallel loop (tens of microseconds), where the launch and the join dominate."""
+    a_t = te.placeholder((n,), name="a")
+    b_t = te.placeholder((n,), name="b")
+    out = te.compute((n,), lambda i: a_t[i] * 2.0 + b_t[i], name="out")
+    s = te.create_schedule(out.op)
+    outer, inner = s[out].split(out.op.axis[0], factor=block)
+    s[out].parallel(outer)
+    vo, vi = s[out].split(inner, factor=16)
+    s[out].vectorize(vi)
+    rng = np.random.default_rng(2)
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    return s, [a_t, b_t, out], [a, b], a * 2 + b
+
+
+WORKLOADS = {"matmul_bias_512": matmul_bias, "conv2d_1x64x56x56_3x3_bias_relu": conv2d_bias_relu,
+             "scale_add_64k": scale_add_64k}
 
 
 # -- timing ---------------------------------------------------------------------------
@@ -153,6 +181,26 @@ def start_busy(k: int, autogroup_nice: int | None) -> list:
     return procs
 
 
+SPINNER = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
+
+
+def cpus_for_threads(threads: int, seconds: float = 1.0) -> float:
+    """CPUs that ``threads`` CPU-bound processes of this session get now (CPU time / wall time).
+
+    With busy processes in other sessions, Linux's autogroups share the CPUs between
+    sessions, not threads: this bounds what any parallel runtime can reach here (a
+    program using ``threads`` CPUs when quiet runs at best ``threads / cpus`` times slower).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    kids = [subprocess.Popen([sys.executable, "-c", SPINNER.format(s=seconds)]) for _ in range(threads)]
+    for k in kids:
+        k.wait()
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / wall
+
+
 def stop_busy(procs: list) -> None:
     for p in procs:
         p.kill()
@@ -185,22 +233,27 @@ def worker() -> None:
               flush=True)
 
 
-def config_env(schedule: str, spin: str | None) -> dict:
-    """The environment of a worker: chunking ``schedule``; ``spin``: GOMP_SPINCOUNT, or None
-    for this package's default (the user's OMP_WAIT_POLICY / GOMP_SPINCOUNT are dropped)."""
+def config_env(schedule: str, spin: str | None, runtime: str = "gomp") -> dict:
+    """The environment of a worker: chunking ``schedule`` on ``runtime`` ("pool" or "gomp");
+    ``spin``: GOMP_SPINCOUNT, or None for this package's default (the user's
+    OMP_WAIT_POLICY / GOMP_SPINCOUNT are dropped)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["AUTOSCHED_PARALLEL_SCHEDULE"] = schedule
+    env["AUTOSCHED_PARALLEL_RUNTIME"] = runtime
     if spin is not None:
         env["GOMP_SPINCOUNT"] = spin
     return env
 
 
-# name -> (chunking, GOMP_SPINCOUNT); 300000 is libgomp's default when OMP_WAIT_POLICY is unset
+# name -> (chunking, GOMP_SPINCOUNT, runtime); 300000 is libgomp's default when OMP_WAIT_POLICY
+# is unset (the spin count means nothing to the pool)
 CONFIGS = {
-    "new": ("dynamic", None),  # the default now
-    "spin_only": ("static", None),
-    "dynamic_only": ("dynamic", "300000"),
-    "old": ("static", "300000"),  # before issue 11: static chunks, libgomp's default spin
+    "pool": ("dynamic", None, "pool"),
+    "pool_static": ("static", None, "pool"),
+    "new": ("dynamic", None, "gomp"),
+    "spin_only": ("static", None, "gomp"),
+    "dynamic_only": ("dynamic", "300000", "gomp"),
+    "old": ("static", "300000", "gomp"),  # before issue 11: static chunks, libgomp's default spin
 }
 
 
@@ -208,9 +261,10 @@ class Worker:
     """A worker process running one configuration (in this benchmark's own session)."""
 
     def __init__(self, name: str):
-        schedule, spin = CONFIGS[name]
+        schedule, spin, runtime = CONFIGS[name]
         self.name = name
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], env=config_env(schedule, spin),
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"],
+                                     env=config_env(schedule, spin, runtime),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.calls = self._read()["calls"]
 
@@ -233,11 +287,14 @@ class Worker:
         self.proc.wait(timeout=30)
 
 
-def run_benchmark(configs, repeat: int, rounds: int, autogroup_nice: int | None) -> dict:
+def run_benchmark(configs, repeat: int, rounds: int, autogroup_nice: int | None,
+                  shares: dict | None = None) -> dict:
     """``{workload: {config: {"quiet_ms", "busy1_ms", "busy2_ms", "busy1_ratio", "busy2_ratio"}}}``.
 
     Each load level is timed in ``rounds`` rounds over all configurations in turn, so that
-    they see the same load; each round measures ``repeat`` times per workload.
+    they see the same load; each round measures ``repeat`` times per workload.  ``shares``
+    (if given) receives ``{busy: CPUs that default_num_threads() spinning processes of this
+    session got}`` per load level (see :func:`cpus_for_threads`).
     """
     if autogroup_nice is not None:
         set_autogroup_nice("self", autogroup_nice)
@@ -250,6 +307,8 @@ def run_benchmark(configs, repeat: int, rounds: int, autogroup_nice: int | None)
             procs = start_busy(busy, autogroup_nice)
             try:
                 time.sleep(0.5)
+                if shares is not None:
+                    shares[busy] = cpus_for_threads(parallel.default_num_threads())
                 for _ in range(rounds):
                     for w in workers:
                         for wl, sec in w.measure(repeat).items():
@@ -288,7 +347,9 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     t0 = time.perf_counter()
-    results = run_benchmark(configs, opts.repeat, opts.rounds, opts.autogroup_nice)
+    loadavg_before = os.getloadavg()
+    shares: dict = {}
+    results = run_benchmark(configs, opts.repeat, opts.rounds, opts.autogroup_nice, shares)
     print(f"{'workload':34s} {'config':13s} {'quiet ms':>9s} {'1 busy':>7s} {'2 busy':>7s} {'quiet vs old':>12s}")
     for wl, per_config in results.items():
         for name, r in per_config.items():
@@ -296,10 +357,22 @@ def main() -> None:
             vs_old = f"{r['quiet_ms'] / old['quiet_ms']:11.2f}x" if old else ""
             print(f"{wl:34s} {name:13s} {r['quiet_ms']:9.3f} {r['busy1_ratio']:6.2f}x "
                   f"{r['busy2_ratio']:6.2f}x {vs_old}")
+    threads = parallel.default_num_threads()
+    floor = {f"busy{b}": threads / max(c, 1e-9) for b, c in shares.items() if b}
+    print(f"fair-share floor (CPUs {threads} spinning processes of this session got: "
+          f"{', '.join(f'{b} busy {c:.2f}' for b, c in shares.items())}): "
+          f"{', '.join(f'{k} {v:.2f}x' for k, v in floor.items())}")
     meta = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
             "affinity": len(os.sched_getaffinity(0)), "threads": parallel.default_num_threads(),
-            "configs": {k: {"schedule": CONFIGS[k][0], "GOMP_SPINCOUNT": CONFIGS[k][1] or str(parallel.SPIN_COUNT)}
+            "configs": {k: {"schedule": CONFIGS[k][0], "runtime": CONFIGS[k][2],
+                            "GOMP_SPINCOUNT": CONFIGS[k][1] or str(parallel.SPIN_COUNT),
+                            "pool_spin_ns": {"worker": thread_pool.WORKER_SPIN_NS,
+                                             "master": thread_pool.MASTER_SPIN_NS}}
                         for k in configs},
+            "loadavg_before": loadavg_before,
+            "cpus_for_threads": {f"busy{b}": c for b, c in shares.items()},
+            "fair_share_floor_ratio": {f"busy{b}": parallel.default_num_threads() / max(c, 1e-9)
+                                       for b, c in shares.items() if b},
             "env_after_import": {k: os.environ.get(k) for k in parallel.ENV_VARS},  # ours or the user's
             "autogroup_nice": opts.autogroup_nice, "loadavg_after": os.getloadavg(),
             "repeat": opts.repeat, "rounds": opts.rounds, "seconds": time.perf_counter() - t0,

@@ -12,7 +12,9 @@ one data pointer per ``func.params`` Buffer in order (float32 -> float*,
 float64 -> double*, intN/uintN -> intN_t*, float16 -> 16-bit half storage,
 bool -> uint8_t*), then one int32 per ``func.scalar_params`` Var in order.  The
 pointers are ``noalias``.  It returns 0 on success and nonzero on failure (a
-failed heap allocation).  Parallel loops run on libgomp's threads.
+failed heap allocation).  Parallel loops run on this process's thread pool
+(``thread_pool``; each JIT'd module's pool pointer is set to it), or on libgomp's
+threads with ``AUTOSCHED_PARALLEL_RUNTIME=gomp`` (see ``parallel``).
 
 The module also defines ``__autosched_meta_<name>``, a constant null-terminated
 JSON string ``{"name", "params": [{"name", "dtype", "shape": [int | var name]}],
@@ -41,6 +43,7 @@ from scheduler_core.ir import simplify as ES
 from scheduler_core.ir import tir as T
 
 from . import llvm_types as L
+from . import thread_pool
 from .llvm_stmt import FunctionEmitter, ModuleContext
 from .parallel import load_libgomp
 
@@ -86,8 +89,9 @@ def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm") -> Compile
     """Compile ``func`` for the CPU and JIT it.
 
     ``func`` comes from the driver after the unroll and vectorize passes (they run once,
-    there); builds LLVM IR (explicit vector types for vectorized loops, GOMP_parallel for
-    parallel loops), optimizes it at O3 for the host CPU, emits an object and loads it.
+    there); builds LLVM IR (explicit vector types for vectorized loops, a thread-pool
+    launch or GOMP_parallel for parallel loops), optimizes it at O3 for the host CPU,
+    emits an object and loads it.
     Raises BuildError for a non-llvm target, an unsupported node or an LLVM
     verification failure.  Source: TVM's ``tvm.build`` for ``llvm``.
     """
@@ -111,6 +115,8 @@ def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm") -> Compile
         load_libgomp()
     _check_externals(mod)
     engine = _jit(obj, tm)
+    if thread_pool.has_hook(g.name for g in mod.global_variables):
+        thread_pool.attach(engine.get_global_value_address(thread_pool.HOOK_SYMBOL))
     address = engine.get_function_address(func.name)
     if not address:
         raise BuildError(f"JIT did not produce a symbol {func.name!r}")

@@ -1,7 +1,7 @@
 """Writing a runtime module to disk: object file, LLVM IR, assembly, shared library + C header.
 
     Module --save(".o"/".ll"/".s"/".bc")--> artifact file
-    Module --export_library("f.so")-->  f.so (cc -shared f.o -lgomp -lm)  +  f.h (C prototype)
+    Module --export_library("f.so")-->  f.so (cc -shared f.o -lgomp -lpthread -lm)  +  f.h (C prototype)
 
 The shared library exports the entry ``int32_t name(T0* buf0, ..., int32_t sym0, ...)``
 and the ``__autosched_meta_<name>`` JSON string, so :func:`load_module` (and any C
@@ -24,7 +24,9 @@ from scheduler_core.base.errors import BuildError
 from .signature import C_ELEMENT_TYPES
 
 SAVE_FORMATS = {".o": "o", ".obj": "o", ".ll": "ll", ".s": "s", ".asm": "s", ".bc": "bc"}
-LINK_LIBS = ("-lgomp", "-lm")  # parallel loops call libgomp's GOMP_parallel; math calls libm
+# parallel loops call the thread pool each object carries (pthreads; in libc since glibc 2.34)
+# or libgomp's GOMP_parallel (AUTOSCHED_PARALLEL_RUNTIME=gomp); math calls libm
+LINK_LIBS = ("-lgomp", "-lpthread", "-lm")
 LINK_TIMEOUT_S = 120
 
 
@@ -81,7 +83,7 @@ def find_c_compiler() -> str:
 
 
 def link_shared(object_path: str | os.PathLike, out_path: str | os.PathLike) -> None:
-    """Run ``cc -shared -o out_path object_path -lgomp -lm``; ``BuildError`` with stderr on failure."""
+    """Run ``cc -shared -o out_path object_path`` with :data:`LINK_LIBS`; ``BuildError`` with stderr on failure."""
     cmd = [find_c_compiler(), "-shared", "-o", str(out_path), str(object_path), *LINK_LIBS]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LINK_TIMEOUT_S)

@@ -6,7 +6,9 @@
 
 The entry's signature comes from the ``__autosched_meta_<name>`` JSON string in
 the file, found through the ELF symbol table (``.so``/``.o``) or the module's
-globals (``.ll``), so no side files are needed.  Note that ``dlopen`` caches by
+globals (``.ll``), so no side files are needed.  A module with parallel loops
+gets its thread-pool pointer set to this process's pool (``codegen.thread_pool``),
+so loaded modules share one set of threads.  Note that ``dlopen`` caches by
 path: loading a ``.so`` that was overwritten while the old one is still loaded
 in this process returns the old code.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 
 from scheduler_core.base.errors import BuildError
+from scheduler_core.codegen import thread_pool
 
 from .export import link_shared
 from .module import Module
@@ -67,6 +70,7 @@ def _load_shared(path: Path, entry_name: str | None, object_code: bytes | None =
     except (OSError, AttributeError, ValueError) as err:
         raise BuildError(f"cannot load {path}: {err}") from err
     assert address is not None  # a symbol that dlsym found is not at address 0
+    thread_pool.attach_library(lib)  # parallel loops run on this process's pool, not the library's own
     signature = Signature.from_meta_json(ctypes.string_at(meta_addr).decode())
     return Module(signature, address, keepalive=lib, object_code=object_code)
 
@@ -135,6 +139,8 @@ def _load_llvm_ir(ir_text: str, entry_name: str | None) -> Module:
     engine = llvm.create_mcjit_compiler(mod, machine)
     engine.finalize_object()
     meta_addr = engine.get_global_value_address(META_PREFIX + name)
+    if thread_pool.has_hook(g.name for g in mod.global_variables):
+        thread_pool.attach(engine.get_global_value_address(thread_pool.HOOK_SYMBOL))
     signature = Signature.from_meta_json(ctypes.string_at(meta_addr).decode())
     return Module(
         signature, engine.get_function_address(name), keepalive=(engine, mod), llvm_ir=ir_text,

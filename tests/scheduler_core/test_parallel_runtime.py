@@ -1,6 +1,7 @@
-"""The parallel-loop runtime (dynamic chunks on libgomp's threads): results agree with numpy
-for awkward extents, nesting, errors and one thread, under both chunkings.  No timings here:
-those are benchmarks/parallel_load.py's."""
+"""The parallel-loop runtime (dynamic chunks on the default runtime, parallel.RUNTIME): results
+agree with numpy for awkward extents, nesting, errors and one thread, under both chunkings.
+The thread pool's own cases are in test_thread_pool.py.  No timings here: those are
+benchmarks/parallel_load.py's."""
 
 import os
 import subprocess
@@ -71,7 +72,8 @@ def test_thread_counts_including_one_and_more_than_cores(threads):
         np.testing.assert_array_equal(x, (np.arange(n) + 5) * 3 + 1)
 
 
-def test_dynamic_launcher_takes_chunks_from_an_atomic_counter():
+def test_dynamic_launcher_takes_chunks_from_an_atomic_counter(monkeypatch):
+    monkeypatch.setattr(parallel, "RUNTIME", "gomp")  # the libgomp launcher (the pool: test_thread_pool)
     cf = compile_primfunc(fill("fill_ir"), "dynamic")
     assert "atomicrmw add" in cf.llvm_ir and "GOMP_parallel" in cf.llvm_ir
     assert "omp_get_thread_num" not in cf.llvm_ir
