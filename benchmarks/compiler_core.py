@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import scheduler_core as sc  # noqa: E402
 from scheduler_core import te  # noqa: E402
-from tests.workloads import conv2d_nchw  # noqa: E402  (the test suite's DAG library)
+from tests.workloads import conv2d_nchw, conv2d_register_tile_schedule  # noqa: E402  (the test suite's DAG library)
 
 try:
     import torch
@@ -89,24 +89,7 @@ def schedule_w2(fi: int = 4, xi: int = 56):
     vectorized columns) register tile; the padding stage is computed at the root, parallel
     over channels.  Returns ``(schedule, args)``."""
     args = conv2d_nchw(1, 64, 56, 56, 64, 3, 3)
-    out = args[-1]
-    conv = out.op.input_tensors()[0]
-    pad = conv.op.input_tensors()[0]
-    s = te.create_schedule(out.op)
-    n, f, y, x = s[out].op.axis
-    fo, fii = s[out].split(f, factor=fi)
-    xo, xii = s[out].split(x, factor=xi)
-    s[out].reorder(n, fo, y, xo, fii, xii)
-    s[out].parallel(s[out].fuse(n, fo, y))
-    s[out].vectorize(xii)
-    s[conv].compute_at(s[out], xo)
-    cn, cf, cy, cx = s[conv].op.axis
-    rc, ry, rx = s[conv].op.reduce_axis
-    s[conv].reorder(cn, rc, ry, rx, cf, cy, cx)
-    s[conv].unroll(cf)
-    s[conv].vectorize(cx)
-    s[pad].parallel(s[pad].op.axis[1])
-    return s, args
+    return conv2d_register_tile_schedule(args, fi, xi), args
 
 
 def rgb_to_yuv(w: int, h: int):

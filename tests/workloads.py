@@ -351,3 +351,29 @@ def conv2d_winograd_nhwc(n, h, w, ci, co, kernel_size=3, pad=1, tile_size=2,
                                     b * nh * nw + te.floordiv(y, m) * nw + te.floordiv(x, m), co],
         name="conv2d_winograd")
     return [data, kernel, out]
+
+
+def conv2d_register_tile_schedule(args, fi: int, xi: int):
+    """A te schedule of a conv2d + bias + ReLU DAG (``conv2d_nchw``'s tensors): output tiles of
+    ``fi`` channels x ``xi`` columns of one row, one parallel iteration per (batch, channel
+    block, row); the conv2d tile is computed at the tile's loop with the reduction outside its
+    register tile (channels unrolled, columns vectorized); the padding stage at the root,
+    parallel over channels.  Shared by the conv codegen tests and benchmarks/compiler_core.py."""
+    out = args[-1]
+    conv = out.op.input_tensors()[0]
+    pad = conv.op.input_tensors()[0]
+    s = te.create_schedule(out.op)
+    n, f, y, x = s[out].op.axis
+    fo, fii = s[out].split(f, factor=fi)
+    xo, xii = s[out].split(x, factor=xi)
+    s[out].reorder(n, fo, y, xo, fii, xii)
+    s[out].parallel(s[out].fuse(n, fo, y))
+    s[out].vectorize(xii)
+    s[conv].compute_at(s[out], xo)
+    cn, cf, cy, cx = s[conv].op.axis
+    rc, ry, rx = s[conv].op.reduce_axis
+    s[conv].reorder(cn, rc, ry, rx, cf, cy, cx)
+    s[conv].unroll(cf)
+    s[conv].vectorize(cx)
+    s[pad].parallel(s[pad].op.axis[1])
+    return s

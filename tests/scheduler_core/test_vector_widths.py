@@ -71,29 +71,6 @@ def test_non_pow2_elementwise_widths_match_numpy(width):
     assert widths and all(_pow2(w) for w in widths)
 
 
-def _conv_register_tile(args, fi: int, xi: int):
-    """conv2d + bias + relu: an fi x xi output tile with the reduction outside it, the tile's
-    channels unrolled and its row vectorized (xi lanes), padding computed at the root."""
-    out = args[-1]
-    conv = out.op.input_tensors()[0]
-    pad = conv.op.input_tensors()[0]
-    s = te.create_schedule(out.op)
-    n, f, y, x = s[out].op.axis
-    fo, fii = s[out].split(f, factor=fi)
-    xo, xii = s[out].split(x, factor=xi)
-    s[out].reorder(n, fo, y, xo, fii, xii)
-    s[out].parallel(s[out].fuse(n, fo, y))
-    s[out].vectorize(xii)
-    s[conv].compute_at(s[out], xo)
-    cn, cf, cy, cx = s[conv].op.axis
-    rc, ry, rx = s[conv].op.reduce_axis
-    s[conv].reorder(cn, rc, ry, rx, cf, cy, cx)
-    s[conv].unroll(cf)
-    s[conv].vectorize(cx)
-    s[pad].parallel(s[pad].op.axis[1])
-    return s
-
-
 def _conv_reference(data, kernel, bias, stride):
     n, c, h, w = data.shape
     co, _, kh, kw = kernel.shape
@@ -113,7 +90,7 @@ def test_conv_register_tile_of_non_pow2_width(stride, xi):
     input loads for stride 2: exact against numpy, no vector of another width in the IR
     and no gather."""
     args = W.conv2d_nchw(1, 8, 28, 28, 8, 3, 3, stride)
-    s = _conv_register_tile(args, 2, xi)
+    s = W.conv2d_register_tile_schedule(args, 2, xi)
     mod = build(s, args)
     data, kernel, bias = (RNG.standard_normal(tuple(int(d) for d in t.shape)).astype("float32")
                           for t in args[:-1])
