@@ -37,6 +37,9 @@ LAYERS = (
     ("facade", ("scheduler_core", "scheduler_core.te", "scheduler_core.testing"), "sc.* and te.* names"),
     ("wings", ("sketch_rules", "cost_model"), "sketch/annotation/mutation rules | features and models"),
     ("search", ("scheduler_core.search",), "SearchTask, TuningOptions, SketchPolicy, TaskScheduler"),
+    ("autotvm", ("scheduler_core.autotvm",), "template tuning: knobs, config spaces, tuners (seed 003)"),
+    ("graph", ("scheduler_core.graph",), "a model as a graph of functions, its tasks, build_graph (seed 002)"),
+    ("frontend", ("scheduler_core.frontend",), "model import (PyTorch -> graph)"),
     ("workers", ("workers",), "Redis store, RQ jobs, queues, worker processes"),
     ("api", ("api",), "FastAPI app, HTTP client, the command line"),
 )

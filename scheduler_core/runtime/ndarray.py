@@ -104,6 +104,19 @@ class NDArray:
             raise DeviceRuntimeError(f"array on {self._device} is in host memory, not on a CUDA device")
         return self._data
 
+    def __dlpack__(self, **kwargs):
+        """DLPack export of a CPU array (``torch.from_dlpack(x)`` shares the memory, as TVM's
+        NDArray does); raises ``DeviceRuntimeError`` for an array in device memory."""
+        return self.host_view().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.host_view().__dlpack_device__()
+
+    def __array__(self, dtype=None, copy=None):
+        """``np.asarray(x)``: a copy for a CUDA array, the backing array for a CPU one."""
+        data = self._data if isinstance(self._data, np.ndarray) else self._data.get()
+        return data if dtype is None else data.astype(dtype)
+
     # -- mutations ----------------------------------------------------------
     def copyfrom(self, source) -> NDArray:
         """Overwrite the contents with ``source`` (numpy array, list or NDArray).
