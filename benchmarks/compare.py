@@ -183,6 +183,9 @@ def main() -> None:
     opts = ap.parse_args()
     if torch is not None:
         torch.set_num_threads(2)
+    out = Path(opts.out)
+    if out.is_dir():  # --out a folder: write compare.json (and compare.md) inside it
+        out = out / "compare.json"
     trials = sorted(int(t) for t in opts.trials.split(","))
     peak = fma_peak.measure()
     print(f"FMA peak: {peak['gflops_1_thread']:.1f} GFLOP/s on 1 thread, {peak['gflops_all_threads']:.1f} "
@@ -221,7 +224,6 @@ def main() -> None:
     result = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
               "torch": None if torch is None else torch.__version__, "numpy": np.__version__,
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "fma_peak": peak, "rows": rows}
-    out = Path(opts.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
