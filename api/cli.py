@@ -4,6 +4,7 @@
     autosched worker --queues tune                                   # an RQ worker (any machine)
     autosched serve --port 8000 --workers 2                          # API + RQ workers (supervised)
     autosched submit examples/workloads/softmax.json --trials 64     # against a running server
+    autosched submit-model graph.json --trials 64 --out model.tar.gz  # a whole model (POST /models)
     autosched status JOB_ID | best TASK_ID | artifact TASK_ID --format so | resume TASK_ID --trials 32
     autosched records import FILE.jsonl [--dag DAG.json | --workload MODULE]   # ours or TVM's v0.6 logs
     autosched records export TASK_ID out.jsonl [--format tvm --dag DAG.json]
@@ -215,6 +216,25 @@ def submit(workload: Path, target: str = typer.Option("llvm"), trials: int = typ
         _print(created)
         if wait:
             _print(c.wait(created["job_id"]))
+
+
+@app.command("submit-model")
+def submit_model(graph: Path = typer.Argument(..., help="a graph JSON file (Graph.to_json: graph + every DAG)"),
+                 target: str = typer.Option("llvm"), trials: int = typer.Option(64, min=1),
+                 wait: bool = typer.Option(True, help="follow the job until it ends"),
+                 out: Path | None = typer.Option(None, help="write the model .tar.gz here when the job ends"),
+                 server: str = _SERVER, token: str | None = _TOKEN) -> None:
+    """POST a whole model (one job over all its tasks); with --out, download its artifact."""
+    with Client(server, token=token) as c:
+        created = c.create_model(graph.read_text(), target=target, num_measure_trials=trials)
+        _print(created)
+        if wait or out:
+            _print(c.wait(created["job_id"]))
+            _print(c.model(created["model_id"]))
+        if out:
+            data = c.model_artifact(created["model_id"])
+            out.write_bytes(data)
+            typer.echo(f"wrote {out} ({len(data)} bytes)")
 
 
 @app.command()

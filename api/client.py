@@ -97,6 +97,23 @@ class Client:
         dag = json.loads(dag) if isinstance(dag, str) else dag
         return self._call("POST", "/tasks", json={"dag": dag, "target": target, "tuning": tuning}).json()
 
+    def create_model(self, graph: str | dict, target: str = "llvm", **tuning) -> dict:
+        """POST /models; ``graph`` is a Graph's JSON (``Graph.to_json``, text or dict); ``tuning``:
+        TuningOptions fields (``num_measure_trials`` is the whole model's budget).
+        Returns ``{model_id, job_id, tasks}``."""
+        graph = json.loads(graph) if isinstance(graph, str) else graph
+        return self._call("POST", "/models", json={"graph": graph, "target": target, "tuning": tuning}).json()
+
+    def model(self, model_id: str) -> dict:
+        return self._call("GET", f"/models/{model_id}").json()
+
+    def model_best(self, model_id: str) -> dict:
+        return self._call("GET", f"/models/{model_id}/best").json()
+
+    def model_artifact(self, model_id: str) -> bytes:
+        """The whole-model .tar.gz (model.so, model.h, graph.json)."""
+        return self._call("GET", f"/models/{model_id}/artifact").content
+
     def resume(self, task_id: str, num_measure_trials: int) -> dict:
         return self._call("POST", f"/tasks/{task_id}/resume",
                           json={"num_measure_trials": num_measure_trials}).json()

@@ -2,7 +2,8 @@
 
 Routes (OpenAPI at /docs): POST /tasks, GET /tasks/{id}, GET /tasks/{id}/records,
 GET /tasks/{id}/best, GET /tasks/{id}/artifact, POST /tasks/{id}/resume,
-GET /jobs/{id}, DELETE /jobs/{id}, GET /healthz.  With ``Settings.api_token`` set (non-empty),
+GET /jobs/{id}, DELETE /jobs/{id}, POST /models, GET /models/{id}, GET /models/{id}/best,
+GET /models/{id}/artifact (api.routes.models), GET /healthz.  With ``Settings.api_token`` set (non-empty),
 every route but /healthz and the docs needs ``Authorization: Bearer <token>``; the check runs in
 a middleware, before the body is read, so an unauthenticated request is always a 401.
 
@@ -16,7 +17,7 @@ from fastapi import Depends, FastAPI
 
 from .deps import BodyLimitMiddleware, TokenAuthMiddleware, require_token
 from .errors import error_responses, install_error_handlers
-from .routes import health, jobs, tasks
+from .routes import health, jobs, models, tasks
 from .settings import Settings, get_settings
 
 
@@ -41,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # 401 is every protected route's; each route declares its other statuses (api/routes/*.py).
     app.include_router(tasks.router, dependencies=protected, responses=error_responses(401))
     app.include_router(jobs.router, dependencies=protected, responses=error_responses(401))
+    app.include_router(models.router, dependencies=protected, responses=error_responses(401))
     app.include_router(health.router)
     return app
 

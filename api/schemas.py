@@ -111,7 +111,8 @@ class TaskPublic(BaseModel):
 
 class JobPublic(BaseModel):
     job_id: str
-    task_id: str
+    task_id: str                      # "" for a model job (POST /models), which has model_id
+    model_id: str | None = None
     state: JobState
     trials_done: int = 0
     trials_total: int = 0

@@ -143,16 +143,21 @@ def cumulative_lengths(stage) -> tuple:
 
 
 def needs_rfactor(task, state, stage_id: int) -> bool:
-    """Ansor's NeedsRfactor (CPU): a multi-level-tiled op whose spatial loops are both
-    shorter than its reduction and at most ``16 x num_cores``; any other reduction
-    longer than ``num_cores``."""
+    """Ansor's NeedsRfactor (CPU), widened for matrix-vector products: a multi-level-tiled
+    op whose spatial loops are at most as long as its reduction (Ansor also asks for at most
+    ``16 x num_cores`` of them); any other reduction longer than ``num_cores``.
+
+    The rfactor sketches come in addition to the tiled ones.  Without them a product such
+    as 1x784 by 128x784 (batch-1 dense layers) only gets tilings whose vectorized loop is a
+    spatial one, reading the weight with a stride of 784: measured 0.037 ms after 64 trials
+    against 0.012 ms with the rfactor sketches (32 trials) on a shared 2-core machine."""
     st = state.stages[stage_id]
     if not isinstance(st.op, ComputeOp) or not has_reduce_iter(st):
         return False
     space, red = cumulative_lengths(st)
     num_cores = task.hardware_params.num_cores
     if needs_multi_level_tiling(state, stage_id):
-        return not (space > red or space > num_cores * 16)
+        return space <= red
     return red > 1 and red > num_cores
 
 

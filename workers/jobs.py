@@ -98,7 +98,7 @@ def tune_job(task_id: str, job_id: str, num_measure_trials: int) -> dict:
         if meta is None:
             raise UnknownTaskError(f"unknown task {task_id!r}")
         state = _search(store, meta, job_id, int(num_measure_trials))
-        _finalize(store, meta)
+        finalize_task(store, meta)
     except BaseException as err:
         traceback.print_exc()  # the worker's log keeps the detail; the job hash gets one line
         store.set_job_state(job_id, JobState.failed, one_line_error(err))
@@ -161,7 +161,7 @@ def _save_model(store: RedisStore, model: Any, wk: str, target: str) -> None:
             store.save_model(wk, target, f.read())
 
 
-def _finalize(store: RedisStore, meta: dict) -> None:
+def finalize_task(store: RedisStore, meta: dict) -> None:
     """Store the best program's artifacts under the task: so, h, o, ll, asm for a CPU target;
     cu, ptx, cubin, json (the launch description) for cuda."""
     program = best_program(store, meta["workload_key"], meta["target"])

@@ -25,7 +25,20 @@ key                                         type        holds
 ``rate(token_id)``                          hash        token bucket of one API token: tokens, ts
 ``queued_jobs()``                           set         ids of jobs created queued; those no longer
                                                         queued are pruned when the set is counted
+``model_meta(model_id)``                    hash        a whole model (POST /models): model_id, target,
+                                                        created, tuning (JSON), tasks (JSON: task_id,
+                                                        workload_key, functions, weight per task),
+                                                        latest_job_id, trials_total
+``model_graph(model_id)``                   string      the model's graph JSON (scheduler_core.graph)
+``model_for_graph(digest, target)``         string      the model_id of this graph (sha256 of its
+                                                        canonical JSON) on this target
+``model_artifact(model_id)``                string      the whole-model .tar.gz (one .so, header,
+                                                        graph.json), written when a model job ends
 ==========================================  ==========  =====================================
+
+A model's tasks are ordinary tasks (``task(task_id)``): their records, best index and
+artifacts are those of any task.  A model job's hash is a ``job(job_id)`` with ``task_id``
+empty, ``model_id`` set and ``trials_done:<task_id>`` per task.
 
 The task hash also holds ``trials_total``: the sum of its jobs' ``trials_total`` (HINCRBY in the
 transaction that creates each job).
@@ -92,3 +105,19 @@ def rate(token_id: str) -> str:
 
 def queued_jobs() -> str:
     return f"{PREFIX}queued_jobs"
+
+
+def model_meta(model_id: str) -> str:
+    return f"{PREFIX}model_meta:{model_id}"
+
+
+def model_graph(model_id: str) -> str:
+    return f"{PREFIX}model_graph:{model_id}"
+
+
+def model_for_graph(digest: str, target: str) -> str:
+    return _workload_target_key("model_for_graph", digest, target)
+
+
+def model_artifact(model_id: str) -> str:
+    return f"{PREFIX}model_artifact:{model_id}"

@@ -11,6 +11,8 @@
                the state to record_states, RPUSH, lower the best), job progress (trials_done,
                best cost, error counts), in one MULTI/EXEC
     resume --load_measured--> [(MeasureInput, MeasureResult)] for the policy and the cost model
+    POST /models --workers.model_store.ModelStore.create_model_with_job--> the same rules for a
+               job over several tasks (watch_active_job, watch_admission, admit, new_job_fields)
 
 Records are the lines of ``scheduler_core.measure.record`` (``encode_record``);
 the DAG is stored once per workload_key under ``keys.dag``, so a record list plus
@@ -138,13 +140,13 @@ class ActiveJobError(Exception):
         self.task_id, self.job_id, self.state = task_id, job_id, state
 
 
-def _new_job_fields(job_id: str, task_id: str, trials: int) -> dict:
+def new_job_fields(job_id: str, task_id: str, trials: int) -> dict:
     return {"job_id": job_id, "task_id": task_id, "state": JobState.queued.value, "trials_done": 0,
             "trials_total": int(trials), "best_cost_s": "", "best_gflops": "", "errors": "{}",
             "created": repr(time.time()), "started": "", "ended": "", "error": "", "cancel": 0}
 
 
-def _watch_active_job(pipe, task_id: str) -> tuple[str, str] | None:
+def watch_active_job(pipe, task_id: str) -> tuple[str, str] | None:
     """WATCH the task hash and its latest job; ``(job_id, state)`` of that job when it is active.
 
     ``pipe`` is a pipeline in immediate (WATCH) mode: a change to either key before the
@@ -197,7 +199,7 @@ def _states(pipe, job_ids: list[str]) -> list[str | None]:
     return [None if (v := pipe.hget(keys.job(j), "state")) is None else _s(v) for j in job_ids]
 
 
-def _watch_admission(pipe, admission: Admission | None, task_id: str, task_exists: bool,
+def watch_admission(pipe, admission: Admission | None, task_id: str, task_exists: bool,
                      trials: int) -> tuple[list[str], list[str]]:
     """Check ``admission`` for a new job of ``trials`` on ``task_id``, WATCHing what it reads.
 
@@ -240,7 +242,7 @@ def _watch_admission(pipe, admission: Admission | None, task_id: str, task_exist
     return stale_token, stale_queued
 
 
-def _admit(pipe, admission: Admission | None, job_id: str, stale: tuple[list[str], list[str]]) -> None:
+def admit(pipe, admission: Admission | None, job_id: str, stale: tuple[list[str], list[str]]) -> None:
     """Inside MULTI: count the new job against the token and the queued set, prune the stale ids."""
     stale_token, stale_queued = stale
     if admission is not None and admission.token_id is not None:
@@ -315,7 +317,7 @@ class RedisStore:
                     existing = p.get(index)
                     task_id = _s(existing) if existing is not None else uuid.uuid4().hex
                     if existing is not None and trials is not None:
-                        active = _watch_active_job(p, task_id)
+                        active = watch_active_job(p, task_id)
                         if active is not None:
                             raise ActiveJobError(task_id, *active)
                     complete = existing is not None and p.hexists(keys.task(task_id), "workload_key")
@@ -323,7 +325,7 @@ class RedisStore:
                     if trials is not None:
                         if existing is None:
                             p.watch(keys.task(task_id))
-                        stale = _watch_admission(p, admission, task_id, complete, trials)
+                        stale = watch_admission(p, admission, task_id, complete, trials)
                     fields = {"tuning": tuning_text}
                     if not complete:
                         fields.update(task_id=task_id, workload_key=wk, target=target, created=repr(time.time()),
@@ -333,8 +335,8 @@ class RedisStore:
                     if existing is None:
                         p.set(index, task_id)
                     if job_id is not None:
-                        p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
-                        _admit(p, admission, job_id, stale)
+                        p.hset(keys.job(job_id), mapping=new_job_fields(job_id, task_id, trials))
+                        admit(p, admission, job_id, stale)
                         fields["latest_job_id"] = job_id
                     p.hset(keys.task(task_id), mapping=fields)
                     if job_id is not None:
@@ -385,13 +387,13 @@ class RedisStore:
                     p.watch(keys.task(task_id))
                     if not p.hexists(keys.task(task_id), "workload_key"):
                         raise KeyError(f"unknown task {task_id!r}")
-                    active = _watch_active_job(p, task_id)
+                    active = watch_active_job(p, task_id)
                     if active is not None:
                         raise ActiveJobError(task_id, *active)
-                    stale = _watch_admission(p, admission, task_id, True, trials)
+                    stale = watch_admission(p, admission, task_id, True, trials)
                     p.multi()
-                    p.hset(keys.job(job_id), mapping=_new_job_fields(job_id, task_id, trials))
-                    _admit(p, admission, job_id, stale)
+                    p.hset(keys.job(job_id), mapping=new_job_fields(job_id, task_id, trials))
+                    admit(p, admission, job_id, stale)
                     p.hset(keys.task(task_id), "latest_job_id", job_id)
                     p.hincrby(keys.task(task_id), "trials_total", int(trials))
                     p.execute()

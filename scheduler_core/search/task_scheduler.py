@@ -8,17 +8,21 @@ the weighted end-to-end latency is the most negative:
     backward_i = (best_i[now] - best_i[now - window]) / window   (recent improvement per round)
     forward_i  = -best_i / rounds_i                               (the optimistic guess)
 
-with eps-greedy random picks (probability ``eps``).
+with eps-greedy random picks (probability ``eps``).  With ``verbose`` a per-task table
+(TVM's: ID, description, latency, speed, trials, weight) and the estimated total weighted
+latency are printed after every round.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from cost_model import LGBMModel
 from scheduler_core.measure.data import FAILED_COST_S
+from sketch_rules import SketchPolicyParams
 
 from .program_measurer import ProgramMeasurer
 from .search_policy import PreloadMeasuredStates, SketchPolicy
@@ -45,8 +49,10 @@ class TaskScheduler:
         self.rng = np.random.default_rng(seed)
         self.load_log_file = load_log_file
         self.best_costs = np.full(len(self.tasks), FAILED_COST_S)
-        self.history: list = [[] for _ in self.tasks]
+        self.history: list = [[] for _ in self.tasks]   # best cost (s) of each task after each of its rounds
         self.rounds = np.zeros(len(self.tasks), int)
+        self.task_cts = np.zeros(len(self.tasks), int)  # trials measured per task
+        self.best_states: list = [None for _ in self.tasks]
 
     def _pick(self) -> int:
         n = len(self.tasks)
@@ -66,23 +72,70 @@ class TaskScheduler:
         return int(np.argmin(grads))
 
     def tune(self, tuning_options, search_policy: str = "default", cost_model_factory=None) -> list:
-        """Spend ``tuning_options.num_measure_trials`` over the tasks; returns the best states."""
+        """Spend ``tuning_options.num_measure_trials`` over the tasks; returns the best State per task.
+
+        Each task gets a SketchPolicy with its own cost model (``cost_model_factory()``, default
+        LGBMModel) and the options' population, generations and seed (+ task index); one
+        ProgramMeasurer made from the options measures every batch, so each of its
+        ``measure_callbacks`` (e.g. RecordToFile) receives every record of every task.
+        """
         if cost_model_factory is None:
             cost_model_factory = LGBMModel
         callbacks = [PreloadMeasuredStates(self.load_log_file)] if self.load_log_file else []
-        policies = [SketchPolicy(t, cost_model_factory(), seed=tuning_options.seed + k,
+        params = SketchPolicyParams(population=tuning_options.population, num_iters=tuning_options.num_iters)
+        policies = [SketchPolicy(t, cost_model_factory(), params=params, seed=tuning_options.seed + k,
                                  verbose=tuning_options.verbose, init_search_callbacks=callbacks)
                     for k, t in enumerate(self.tasks)]
         measurer = ProgramMeasurer.from_options(tuning_options)
         per_round = tuning_options.num_measures_per_round
         left = tuning_options.num_measure_trials
+        t0 = time.perf_counter()
         while left > 0:
             i = self._pick()
             n = min(per_round, left)
+            before = measurer.ct
             policies[i].search(n, None, n, measurer)
             cost = measurer.best_cost.get(self.tasks[i].workload_key, FAILED_COST_S)
             self.best_costs[i] = min(self.best_costs[i], cost)
             self.history[i].append(self.best_costs[i])
             self.rounds[i] += 1
+            self.task_cts[i] += measurer.ct - before
             left -= n
-        return [measurer.best_state.get(t.workload_key) for t in self.tasks]
+            if tuning_options.verbose >= 1:
+                print(self.progress_table(time.perf_counter() - t0, next_id=self._pick_preview()), flush=True)
+        self.best_states = [measurer.best_state.get(t.workload_key) for t in self.tasks]
+        return list(self.best_states)
+
+    def _pick_preview(self) -> int:
+        state = self.rng.bit_generator.state
+        try:
+            return self._pick()
+        finally:
+            self.rng.bit_generator.state = state
+
+    def total_latency(self) -> float:
+        """The weighted sum of the tasks' best latencies, in seconds (inf while a task has none)."""
+        costs = np.where(self.best_costs < FAILED_COST_S, self.best_costs, np.inf)
+        return float(np.sum(self.weights * costs))
+
+    def progress_table(self, elapsed_s: float = 0.0, next_id: int | None = None) -> str:
+        """TVM's task-scheduler table: ID, description, latency (ms), GFLOP/s, trials, weight;
+        then the estimated total weighted latency.  A task with no valid program shows "-"."""
+        rule = "-" * 100
+        lines = [rule, f"| {'ID':>3} | {'Task description':<40} | {'Latency (ms)':>12} | "
+                       f"{'Speed (GFLOP/s)':>15} | {'Trials':>6} | {'Weight':>6} |", rule]
+        for i, t in enumerate(self.tasks):
+            cost = self.best_costs[i]
+            ok = cost < FAILED_COST_S
+            lat = f"{cost * 1e3:12.4f}" if ok else f"{'-':>12}"
+            speed = f"{t.compute_dag.flop_ct / cost / 1e9:15.2f}" if ok else f"{'-':>15}"
+            desc = (getattr(t, "desc", "") or t.workload_key)[:40]
+            lines.append(f"| {i:3d} | {desc:<40} | {lat} | {speed} | {int(self.task_cts[i]):6d} | "
+                         f"{self.weights[i]:6g} |")
+        lines.append(rule)
+        total = self.total_latency()
+        total_text = f"{total * 1e3:.4f} ms" if np.isfinite(total) else "- (a task has no valid program yet)"
+        nxt = "" if next_id is None else f"\tNext ID: {next_id}"
+        lines.append(f"Estimated total latency: {total_text}\tTrials: {int(self.task_cts.sum())}"
+                     f"\tUsed time: {elapsed_s:.0f} s{nxt}")
+        return "\n".join(lines)

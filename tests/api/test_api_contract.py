@@ -241,6 +241,10 @@ EXPECTED = {  # (method, path) -> error statuses it must document
     ("get", "/jobs/{job_id}"): {401, 404, 503},
     ("delete", "/jobs/{job_id}"): {401, 404, 409, 503},
     ("get", "/healthz"): {503},
+    ("post", "/models"): {401, 409, 413, 422, 429, 503},
+    ("get", "/models/{model_id}"): {401, 404, 503},
+    ("get", "/models/{model_id}/best"): {401, 404, 409, 503},
+    ("get", "/models/{model_id}/artifact"): {401, 404, 409, 503},
 }
 
 

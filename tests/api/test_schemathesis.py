@@ -9,13 +9,14 @@ the schemathesis CLI runs against its OpenAPI document in a subprocess with all 
 the config below says so explicitly), deterministic generation and a small ``--max-examples`` so the run
 stays well under a minute on two cores.
 
-One check is relaxed for one operation, with its reason:
+One check is relaxed for two operations, with its reason:
 
     positive_data_acceptance on POST /tasks: the OpenAPI schema types ``dag`` as an object (the
     ComputeDAG wire format is checked by ``ComputeDAG.from_json``: references between ops,
     tensors and vars, cycles, in-bounds accesses, limits), so a schema-valid body is almost never
     a valid DAG and is rightly a 422.  The documented example (api.schemas.TASK_EXAMPLE) is a
-    valid one; the examples phase posts it.
+    valid one; the examples phase posts it.  The same holds for POST /models and its ``graph``
+    (checked by ``Graph.from_json``; its valid example is api.model_schemas.MODEL_EXAMPLE).
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ enabled = true   # every check (schemathesis' default, stated)
 # POST /tasks: a schema-valid "dag" object is almost never a valid ComputeDAG (see the module docstring).
 [[operations]]
 include-path = "/tasks"
+include-method = "POST"
+checks.positive_data_acceptance.enabled = false
+
+# POST /models: likewise, a schema-valid "graph" object is almost never a valid graph (Graph.from_json).
+[[operations]]
+include-path = "/models"
 include-method = "POST"
 checks.positive_data_acceptance.enabled = false
 """

@@ -1,0 +1,95 @@
+"""Request and response bodies of the model resource (POST /models, GET /models/{id}/...).
+
+    ModelCreate --POST /models--> ModelCreated ; ModelPublic (GET /models/{id}) ;
+    ModelBestPublic (GET /models/{id}/best)
+
+The graph itself is checked by ``scheduler_core.graph.Graph.from_json`` in the route (a 422
+whose ``path`` names the field, e.g. ``graph.calls[2].args[0]``), not by this schema.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workers.job_state import JobState
+
+from .schemas import TASK_EXAMPLE, BestPublic, Target, TuningOptions
+
+# A valid POST /models body, the OpenAPI example: y = x + x (a tensor program) then a library
+# relu (not tuned).  Weights are never sent: the service tunes from the structure and the DAGs.
+MODEL_EXAMPLE: dict[str, Any] = {
+    "graph": {
+        "version": "graph-v1",
+        "inputs": [{"name": "x", "shape": [4], "dtype": "float32"}],
+        "params": [],
+        "calls": [{"kind": "tir", "func": "add", "args": ["x"],
+                   "outputs": [{"name": "y", "shape": [4], "dtype": "float32"}]},
+                  {"kind": "library", "func": "env.relu", "args": ["y"],
+                   "outputs": [{"name": "z", "shape": [4], "dtype": "float32"}]}],
+        "outputs": ["z"],
+        "functions": {"add": {"dag": copy.deepcopy(TASK_EXAMPLE["dag"]), "attrs": {}}},
+    },
+    "target": "llvm",
+    "tuning": {"num_measure_trials": 8},
+}
+
+
+class ModelCreate(BaseModel):
+    """POST /models: a model's graph (``Graph.to_json``: inputs, params, calls, outputs and the
+    DAG of every tensor-program function; no weights), a target and tuning options shared by
+    all its tasks (``num_measure_trials`` is the budget of the whole model)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra={"examples": [MODEL_EXAMPLE]})
+
+    graph: dict[str, Any] = Field(description="graph JSON (scheduler_core.graph.Graph.to_json)")
+    target: Target = "llvm"
+    tuning: TuningOptions = Field(default_factory=TuningOptions)
+
+
+class ModelTaskRef(BaseModel):
+    """One task of a model: the graph functions with one DAG (one workload_key)."""
+
+    task_id: str
+    workload_key: str
+    functions: list[str]              # graph function names implemented by this task
+    weight: int                       # calls of these functions in the graph (latency weight)
+
+
+class ModelCreated(BaseModel):
+    model_id: str
+    job_id: str
+    tasks: list[ModelTaskRef]
+
+
+class ModelTaskPublic(ModelTaskRef):
+    best_cost_s: float | None = None  # best measured latency in seconds (None: not measured yet)
+    best_gflops: float | None = None
+    trials: int = 0                   # records of the task over all its jobs
+    job_trials: int = 0               # trials the model's latest job measured for it
+
+
+class ModelPublic(BaseModel):
+    model_id: str
+    target: str
+    created: float | None = None      # seconds since the epoch
+    tuning: dict[str, Any] = {}
+    latest_job_id: str | None = None
+    state: JobState | None = None     # the latest job's state
+    trials_done: int = 0              # of the latest job, over all tasks
+    trials_total: int = 0
+    total_latency_s: float | None = Field(
+        None, description="sum over tasks of weight x best latency, in seconds (None while a task has none)")
+    tasks: list[ModelTaskPublic]
+
+
+class ModelTaskBest(ModelTaskRef):
+    best: BestPublic | None = None    # None: the task has no successful measurement yet
+
+
+class ModelBestPublic(BaseModel):
+    model_id: str
+    total_latency_s: float | None = None
+    tasks: list[ModelTaskBest]

@@ -1,0 +1,181 @@
+"""The model resource: a whole model tuned as one job over all its tasks (issue 12, seed 002).
+
+    POST /models {graph, target, tuning}
+        --Graph.from_json (DAG limits from Settings; 422 naming the field, e.g.
+          graph.calls[2].args[0])--> one task per distinct workload_key of its tensor programs
+        --ModelStore.create_model_with_job (tasks, model, queued job in one Redis transaction;
+          409 naming the active job while one of its tasks has one)
+        --enqueue_model_tune (RQ "tune" queue)--> 201 ModelCreated
+    GET /models/{id}            state of the latest job, each task's best and trials, total latency
+    GET /models/{id}/best       the best schedule of each task (as GET /tasks/{id}/best)
+    GET /models/{id}/artifact   model.tar.gz: model.so (one entry per task), model.h, graph.json
+
+A model's tasks are ordinary tasks: GET /tasks/{task_id}, its records, best, artifact and
+resume work on them.  Library calls of the graph are kept in the model and not tuned.  The
+limits are those of POST /tasks (trials per job, ops and tensor bytes of every function's DAG,
+the model's trials over all its jobs, the token's active jobs, the queued jobs) plus at most
+:data:`MAX_MODEL_FUNCTIONS` tensor-program functions.  Model jobs target CPUs; ``"measure":
+"queue"`` needs a worker on the target's measurement queue (503 naming it otherwise), as a task.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.graph.ir import Graph
+from workers.best import describe_best
+from workers.job_state import JobState
+from workers.model_store import ModelStore, enqueue_model_tune, model_tasks
+from workers.store import ActiveJobError, AdmissionError
+
+from ..deps import ConnDep, SettingsDep
+from ..errors import ConflictError, NotFoundError, error_responses
+from ..limits import (
+    DagTooLarge,
+    LimitExceeded,
+    RateLimitedToken,
+    TaskTrialBudgetExceeded,
+    admission,
+    check_dag_size,
+    check_job_trials,
+    check_measure_listener,
+    refusal,
+)
+from ..model_schemas import (
+    ModelBestPublic,
+    ModelCreate,
+    ModelCreated,
+    ModelPublic,
+    ModelTaskBest,
+    ModelTaskPublic,
+    ModelTaskRef,
+)
+from ..schemas import BestPublic
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+MAX_MODEL_FUNCTIONS = 256  # tensor-program functions of one graph (each also bounded by the DAG limits)
+MODEL_LINKS = {
+    **{op: {"operationId": op, "parameters": {"model_id": "$response.body#/model_id"}}
+       for op in ("read_model", "read_model_best", "read_model_artifact")},
+    "read_job": {"operationId": "read_job", "parameters": {"job_id": "$response.body#/job_id"}},
+}
+
+
+class ModelNotSupported(LimitExceeded):
+    """A model asked for something model jobs do not do (a cuda target) (422)."""
+
+
+def _graph(body: ModelCreate, settings) -> Graph:
+    """The request's graph, checked; InvalidWorkloadError with a ``graph.``-prefixed path, or a 422 limit."""
+    try:
+        graph = Graph.from_json(body.graph, **settings.dag_limits())
+        model_tasks(graph)  # at least one tensor program to tune
+    except InvalidWorkloadError as err:
+        path = getattr(err, "path", None) or ""
+        raise InvalidWorkloadError(_message(err), f"graph.{path}" if path else "graph") from None
+    if len(graph.functions) > MAX_MODEL_FUNCTIONS:
+        raise DagTooLarge(f"the graph has {len(graph.functions)} functions, over {MAX_MODEL_FUNCTIONS}")
+    for name, func in graph.functions.items():
+        try:
+            check_dag_size(settings, func.dag)
+        except DagTooLarge as err:
+            raise DagTooLarge(f"graph.functions.{name}: {err.detail}") from None
+    return graph
+
+
+def _message(err: InvalidWorkloadError) -> str:
+    """The error's message without the ``path: `` prefix that InvalidWorkloadError puts before it."""
+    text, path = str(err), getattr(err, "path", "")
+    return text[len(path) + 2:] if path and text.startswith(f"{path}: ") else text
+
+
+def _model(conn, model_id: str) -> tuple[ModelStore, dict]:
+    store = ModelStore(conn)
+    meta = store.get_model(model_id)
+    if meta is None:
+        raise NotFoundError(f"unknown model id {model_id!r}")
+    return store, meta
+
+
+@router.post("", status_code=201, response_model=ModelCreated, operation_id="create_model",
+             responses={201: {"description": "The model, its tasks and its job", "links": MODEL_LINKS},
+                        **error_responses(409, 413, 422, 429, 503)})
+def create_model(body: ModelCreate, settings: SettingsDep, conn: ConnDep, token: RateLimitedToken) -> ModelCreated:
+    """Validate the graph, store its tasks (one per distinct DAG) and start one job over all of them."""
+    trials = body.tuning.num_measure_trials
+    check_job_trials(settings, trials)
+    if body.target.split()[:1] == ["cuda"]:
+        raise ModelNotSupported(f"target {body.target!r}: whole models are tuned for CPU (llvm) targets; "
+                                "tune a cuda function with POST /tasks")
+    check_measure_listener(conn, body.tuning.measure, body.target)
+    graph = _graph(body, settings)
+    store = ModelStore(conn)
+    try:
+        model_id, tasks, job_id = store.create_model_with_job(graph, body.target, body.tuning.model_dump(),
+                                                              trials, admission(settings, token))
+    except ActiveJobError as err:
+        raise ConflictError(f"{err}: a task of this model is being tuned; wait for that job or cancel it") from None
+    except AdmissionError as err:
+        if err.limit == "max_task_trials":
+            raise TaskTrialBudgetExceeded(f"model {err.task_id!r} would reach {err.current + trials} trials "
+                                          f"({err.current} asked so far + {trials}), over "
+                                          f"max_task_trials={err.value}") from None
+        raise refusal(err, trials) from None
+    try:
+        enqueue_model_tune(conn, model_id, job_id, trials)
+    except Exception as err:
+        store.set_job_state(job_id, JobState.failed, f"could not enqueue: {type(err).__name__}: {err}"[:300])
+        raise
+    return ModelCreated(model_id=model_id, job_id=job_id, tasks=[ModelTaskRef.model_validate(t) for t in tasks])
+
+
+@router.get("/{model_id}", response_model=ModelPublic, operation_id="read_model",
+            responses=error_responses(404, 422, 503))
+def read_model(model_id: str, conn: ConnDep) -> ModelPublic:
+    """The latest job's state and trials, each task's best latency / GFLOP/s / trials, and the
+    model's total latency (sum of weight x best latency, seconds)."""
+    store, meta = _model(conn, model_id)
+    tasks, total = store.describe_tasks(meta)
+    job = store.get_job(meta.get("latest_job_id") or "") or {}
+    return ModelPublic(model_id=model_id, target=meta["target"], created=meta["created"], tuning=meta["tuning"],
+                       latest_job_id=meta.get("latest_job_id") or None, state=job.get("state"),
+                       trials_done=job.get("trials_done", 0), trials_total=job.get("trials_total", 0),
+                       total_latency_s=total, tasks=[ModelTaskPublic.model_validate(t) for t in tasks])
+
+
+@router.get("/{model_id}/best", response_model=ModelBestPublic, operation_id="read_model_best",
+            responses=error_responses(404, 409, 422, 503))
+def read_model_best(model_id: str, conn: ConnDep) -> ModelBestPublic:
+    """The best schedule of every task (steps, Python script, lowered program, latency, record;
+    null for a task not measured yet).  404 for an unknown model; 409 while no task has a
+    successful measurement."""
+    store, meta = _model(conn, model_id)
+    out = []
+    for t in meta["tasks"]:
+        task = store.get_task(t["task_id"])
+        best = describe_best(store, task) if task else None
+        out.append(ModelTaskBest(**t, best=BestPublic(task_id=t["task_id"], **best) if best else None))
+    if not any(t.best for t in out):
+        raise ConflictError(f"model {model_id!r} has no successful measurement yet")
+    _, total = store.describe_tasks(meta)
+    return ModelBestPublic(model_id=model_id, total_latency_s=total, tasks=out)
+
+
+@router.get("/{model_id}/artifact", response_class=Response, operation_id="read_model_artifact",
+            responses={200: {"content": {"application/gzip": {}}}, **error_responses(404, 409, 422, 503)})
+def read_model_artifact(model_id: str, conn: ConnDep) -> Response:
+    """``model_<id>.tar.gz``: ``model.so`` with one C entry point per task (the symbol of its first
+    function), ``model.h`` (their prototypes) and ``graph.json`` (the graph; each tensor-program
+    function names its ``entry``: symbol, task, "tuned" or "default" schedule, argument order).
+    An untuned task gets the naive schedule of its DAG.  404 for an unknown model; 409 until a
+    model job has ended and written it."""
+    store, meta = _model(conn, model_id)
+    data = store.load_model_artifact(model_id)
+    if data is None:
+        job = store.get_job(meta.get("latest_job_id") or "")
+        hint = f"; its latest job {meta['latest_job_id']} is {job['state']}" if job else ""
+        raise ConflictError(f"model {model_id!r} has no artifact yet (it is written when a model job ends){hint}")
+    return Response(data, media_type="application/gzip",
+                    headers={"Content-Disposition": f'attachment; filename="model_{model_id}.tar.gz"'})

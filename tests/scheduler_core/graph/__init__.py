@@ -1,0 +1,1 @@
+"""Tests of whole models: scheduler_core.graph (seed 002)."""

@@ -1,0 +1,95 @@
+"""extract_tasks + TaskScheduler + ApplyHistoryBest: a model tuned and rebuilt from its records."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+
+import scheduler_core as sc
+from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.graph import ApplyHistoryBest, build_graph, dispatch, extract_tasks
+
+from .models import mlp_graph, numpy_mlp, weights
+
+
+def _options(callbacks: list, trials: int) -> sc.TuningOptions:
+    return sc.TuningOptions(num_measure_trials=trials, num_measures_per_round=4, population=16, num_iters=1,
+                            min_repeat_ms=1.0, repeat=1, timeout_s=20.0, verbose=1, measure_callbacks=callbacks)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """Tune the first two of the model's three tasks, 4 trials each, into one log."""
+    log = str(tmp_path_factory.mktemp("model") / "model.json")
+    graph = mlp_graph().bind_params(weights())
+    tasks, task_weights = extract_tasks(graph, "llvm")
+    scheduler = sc.TaskScheduler(tasks[:2], task_weights[:2])
+    seen = []
+
+    def count(policy, inputs, results):
+        seen.extend(inp.task.workload_key for inp in inputs)
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        states = scheduler.tune(_options([sc.RecordToFile(log), count], 8))
+    return {"log": log, "graph": graph, "tasks": tasks, "scheduler": scheduler, "states": states,
+            "seen": seen, "printed": buf.getvalue()}
+
+
+def _x() -> np.ndarray:
+    return np.random.default_rng(3).standard_normal((4, 32)).astype("float32")
+
+
+def test_task_scheduler_records_every_measurement_of_both_tasks_and_prints_the_table(tuned):
+    tasks, sched = tuned["tasks"], tuned["scheduler"]
+    lines = [json.loads(t) for t in open(tuned["log"]) if t.strip()]
+    keys = [ln["i"][0][0] for ln in lines if "i" in ln]
+    assert keys == tuned["seen"]  # the file callback got every record, in order
+    assert sorted(set(keys)) == sorted({tasks[0].workload_key, tasks[1].workload_key})
+    assert [keys.count(t.workload_key) for t in tasks[:2]] == list(sched.task_cts)
+    assert 2 <= sched.task_cts.min() and sched.task_cts.max() <= 4
+    assert all(len(h) == 1 for h in sched.history)
+    assert all(s is not None for s in tuned["states"])
+    printed = tuned["printed"]
+    assert "Task description" in printed and "Estimated total latency" in printed
+    assert "dense_a" in printed and "add_bias" in printed
+    table = sched.progress_table()
+    assert f"{2:6g}" in table  # dense_a's weight
+    assert np.isfinite(sched.total_latency()) and sched.total_latency() > 0
+
+
+def test_apply_history_best_picks_the_records_and_untuned_keeps_default(tuned):
+    graph = tuned["graph"]
+    assert dispatch.current() is None
+    with ApplyHistoryBest(tuned["log"]) as ctx:
+        assert dispatch.current() is ctx
+        lib = build_graph(graph, "llvm")
+    assert dispatch.current() is None
+    assert lib.schedule_sources == {"dense_a": "record", "dense_b": "record", "add_bias": "record",
+                                    "scale": "default"}
+    np.testing.assert_allclose(lib(_x()), numpy_mlp(_x(), weights()), rtol=1e-4, atol=1e-4)
+    best = sc.load_best_record(tuned["log"], tuned["tasks"][0].workload_key, "llvm")
+    assert lib.functions["dense_a"].record_cost_s == pytest.approx(best[1].cost)
+    # records given as (input, result) pairs; a target with other options still matches (kind llvm)
+    with ApplyHistoryBest(sc.load_records(tuned["log"])):
+        lib2 = build_graph(graph, "llvm -num-cores=1")
+    assert lib2.schedule_source("add_bias") == "record"
+    # nested: an inner context without the record falls back to the outer one
+    with ApplyHistoryBest(tuned["log"]), ApplyHistoryBest([]) as inner:
+        assert inner.query(tuned["tasks"][1].workload_key, "llvm") is not None
+        assert build_graph(graph, "llvm").schedule_source("dense_b") == "record"
+    assert build_graph(graph, "llvm").schedule_source("dense_a") == "default"
+
+
+def test_apply_history_best_rejects_bad_input(tmp_path):
+    with pytest.raises(InvalidWorkloadError, match="does not exist"):
+        ApplyHistoryBest(str(tmp_path / "missing.json"))
+    with pytest.raises(InvalidWorkloadError, match="expected a record file path"):
+        ApplyHistoryBest([42])
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert ApplyHistoryBest(str(empty)).query("abc", "llvm") is None
