@@ -16,7 +16,7 @@ stack of floors, each importing only the floors below it (docs/architecture.md):
     base/                             errors, Target, HardwareParams
 """
 
-from scheduler_core import runtime, te, testing
+from scheduler_core import runtime, target, te, testing
 from scheduler_core.base.errors import (
     BuildError,
     DeviceRuntimeError,
@@ -68,10 +68,22 @@ LAZY_NAMES = {
     "TaskScheduler": "scheduler_core.search.task_scheduler",
     "LGBMModel": "cost_model",
     "RandomModel": "cost_model",
+    "extract_tasks": "scheduler_core.graph.tasks",
+    "ApplyHistoryBest": "scheduler_core.graph.dispatch",
+    "build_graph": "scheduler_core.graph.build",
+    "register_func": "scheduler_core.graph.ir",
+    "IRModule": "scheduler_core.graph.script",
 }
 
 
+# Subpackages above the search floor, imported on first attribute use (``sc.autotvm``).
+LAZY_SUBPACKAGES = ("autotvm", "frontend")
+
+
 def __getattr__(name: str):
+    if name in LAZY_SUBPACKAGES:
+        import importlib  # deferred: see LAZY_NAMES
+        return importlib.import_module(f"scheduler_core.{name}")
     if name in LAZY_NAMES:
         import importlib  # deferred: see LAZY_NAMES
         return getattr(importlib.import_module(LAZY_NAMES[name]), name)
@@ -79,7 +91,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "te", "runtime", "testing", "build", "lower", "ComputeDAG", "Task", "Target", "HardwareParams",
+    "te", "target", "runtime", "testing", "build", "lower", "ComputeDAG", "Task", "Target", "HardwareParams",
     "State", "Stage", "Iterator", "Schedule", "replay_steps", "step_from_record",
     "MeasureInput", "BuildResult", "MeasureResult", "MeasureErrorNo", "LocalBuilder", "LocalRunner",
     "RecordToFile", "RecordReader", "load_records", "load_best_record", "distill",

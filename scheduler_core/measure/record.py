@@ -11,6 +11,11 @@ record file alone can rebuild everything):
   "r": [[costs_s...], error_no, all_cost_s, timestamp], "v": RECORD_VERSION}``
 - a DAG, written once per workload_key per file before its first record:
   ``{"w": workload_key, "dag": <ComputeDAG JSON object>, "v": RECORD_VERSION}``
+- an AutoTVM template record (``scheduler_core.autotvm``): a record whose extra field
+  ``"t": {"name": template, "args": [...], "config": {"index", "code_hash", "entity"}}``
+  names the template, its arguments and the config (TVM's log form); its "i" holds the
+  workload_key of the DAG the template built and the steps of the State the config made, so
+  every reader here takes it as an ordinary, replayable record (``RawRecord.template``).
 
 Step records use TVM's names, layouts and numeric codes (an "AN" step's code is TVM's
 IteratorAnnotation: 5 blockIdx.x, 6 threadIdx.x, 7 blockIdx.y, ...).  Versions read:
@@ -77,6 +82,8 @@ RECORD_VERSION = "autosched-record-v2"
 LEGACY_RECORD_VERSIONS = ("autosched-record-v1",)
 # The formats RecordToFile / encode_record / save_records write.
 RECORD_FORMATS = ("autosched", "tvm")
+# The field of an AutoTVM template record naming its template, arguments and config.
+TEMPLATE_FIELD = "t"
 # autosched-record-v1's annotation codes ("AN" steps), index = code.
 V1_ANNOTATIONS = ("none", "unroll", "vectorize", "parallel", "vthread",
                   "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -92,6 +99,8 @@ class RawRecord:
     version: the line's ``"v"``.  For a TVM line (``is_tvm``): ``workload_key`` is TVM's key
     as written, ``target`` TVM's target with the options our Target does not take dropped
     (``tvm_record.target_from_tvm``), ``hardware_params`` TVM's 8 values (None when absent).
+    template: the ``"t"`` field of an AutoTVM template record (``{"name", "args", "config"}``),
+    None for a record of the auto-scheduler.
     """
 
     lineno: int
@@ -105,6 +114,7 @@ class RawRecord:
     text: str
     version: str = RECORD_VERSION
     hardware_params: tuple | None = None
+    template: dict | None = None
 
     @property
     def mean_cost(self) -> float:
@@ -152,20 +162,36 @@ def _result_list(costs: Any, error_no: int, all_cost: float, timestamp: float) -
             _finite(all_cost, 0.0), _finite(timestamp, 0.0)]
 
 
-def encode_record(inp: MeasureInput, res: MeasureResult, format: str = "autosched") -> str:
+def encode_record(inp: MeasureInput, res: MeasureResult, format: str = "autosched",
+                  template: dict | None = None) -> str:
     """One JSON line (no newline) for a measurement; see the module docstring for the layout.
 
     format: ``"autosched"`` (ours, RECORD_VERSION) or ``"tvm"`` (:func:`encode_tvm_record`).
-    Raises RecordFormatError for another format.
+    template: for an AutoTVM template record, ``{"name": str, "args": list, "config": dict}``,
+    written as the line's ``"t"`` field (our format only; TVM's lines have no place for it).
+    Raises RecordFormatError for another format or a malformed template.
     """
     if _check_format(format) == "tvm":
         return encode_tvm_record(inp, res)
-    obj = {
+    obj: dict[str, Any] = {
         "i": [[str(inp.task.workload_key), str(inp.task.target)], step_records(inp.state)],
         "r": _result_list(res.costs, res.error_no, res.all_cost, res.timestamp),
         "v": RECORD_VERSION,
     }
+    if template is not None:
+        obj[TEMPLATE_FIELD] = _check_template(template, lambda m: RecordFormatError(m))
     return json.dumps(obj, separators=(",", ":"))
+
+
+def _check_template(t: Any, fail) -> dict:
+    """The ``"t"`` field of a template record: ``{"name": str, "args": list, "config": {"index": int,
+    "entity": list, ...}}``; raises ``fail(message)`` otherwise."""
+    if not (isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("args"), list)
+            and isinstance(t.get("config"), dict) and isinstance(t["config"].get("index"), int)
+            and isinstance(t["config"].get("entity"), list)):
+        raise fail(f'"{TEMPLATE_FIELD}" must be {{"name": str, "args": [...], "config": {{"index": int, '
+                   f'"entity": [...]}}}}, got {t!r}')
+    return t
 
 
 def _tvm_line(workload_key: str, dag: Any, target: Target, hardware_params: Any, steps: Any,
@@ -258,7 +284,9 @@ def parse_line(text: str, lineno: int | None = None, filename: str = "") -> RawR
         raise fail('expected a record ("i" and "r") or a DAG line ("w" and "dag")')
     key, target, steps = _parse_input(obj["i"], fail, upgrade_v1=version != RECORD_VERSION)
     costs, error_no, all_cost, timestamp = _parse_result(obj["r"], fail)
-    return RawRecord(lineno or 0, key, target, steps, costs, error_no, all_cost, timestamp, text, version)
+    template = _check_template(obj[TEMPLATE_FIELD], fail) if TEMPLATE_FIELD in obj else None
+    return RawRecord(lineno or 0, key, target, steps, costs, error_no, all_cost, timestamp, text, version,
+                     template=template)
 
 
 def upgrade_v1_steps(steps: list) -> list:
@@ -755,7 +783,8 @@ def save_records(filename: str | os.PathLike, inputs: list[MeasureInput], result
     RecordToFile(filename, format)(None, inputs, results)
 
 
-__all__ = ["RECORD_VERSION", "LEGACY_RECORD_VERSIONS", "RECORD_FORMATS", "V1_ANNOTATIONS", "TVM_RECORD_VERSION",
+__all__ = ["RECORD_VERSION", "LEGACY_RECORD_VERSIONS", "RECORD_FORMATS", "TEMPLATE_FIELD", "V1_ANNOTATIONS",
+           "TVM_RECORD_VERSION",
            "RawRecord", "DagLine", "UnresolvedWorkloadError", "encode_record", "encode_tvm_record", "tvm_line_of",
            "encode_dag_line", "parse_line", "upgrade_v1_steps", "decode_record", "iter_lines", "RecordReader",
            "RecordToFile", "save_records", "load_records", "load_best_record", "native_lines", "distill"]
