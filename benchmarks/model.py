@@ -47,7 +47,8 @@ def _timer(fn, rounds_min_s: float = 0.3):
     return lambda: median_time_s(fn, min_s=rounds_min_s, repeat=5)
 
 
-def bench_model(name: str, trials: int, use_compile: bool, log_dir: str, rounds: int = 3) -> dict:
+def bench_model(name: str, trials: int, use_compile: bool, log_dir: str, rounds: int = 3,
+                reuse: bool = False) -> dict:
     module, xs, graph = tm.load(name)
     x_np = [x.numpy() for x in xs]
     with torch.no_grad():
@@ -61,13 +62,18 @@ def bench_model(name: str, trials: int, use_compile: bool, log_dir: str, rounds:
     row["untuned_ms"] = median_time_s(lambda: untuned(*x_np), min_s=0.3, repeat=5) * 1e3
 
     log = os.path.join(log_dir, f"{name}.json")
-    if os.path.exists(log):
+    reused = reuse and os.path.exists(log)
+    if os.path.exists(log) and not reused:
         os.remove(log)
-    sched, row["tune_wall_s"] = tm.tune_model(graph, trials, log)
-    print(sched.progress_table(row["tune_wall_s"]), flush=True)
-    row.update(tasks=len(sched.tasks), weights=[int(w) for w in sched.weights], trials_per_task=trials,
-               trials_total=int(sum(sched.task_cts)), estimated_total_ms=sched.total_latency() * 1e3,
-               task_best_ms={t.desc: float(c) * 1e3 for t, c in zip(sched.tasks, sched.best_costs)})
+    sched, row["tune_wall_s"] = tm.tune_model(graph, 0 if reused else trials, log)
+    row.update(tasks=len(sched.tasks), weights=[int(w) for w in sched.weights])
+    if reused:  # --reuse-logs: time the programs of an earlier run's records, tune nothing
+        row.update(records_reused_from=log, tune_wall_s=None)
+    else:
+        print(sched.progress_table(row["tune_wall_s"]), flush=True)
+        row.update(trials_per_task=trials, trials_total=int(sum(sched.task_cts)),
+                   estimated_total_ms=sched.total_latency() * 1e3,
+                   task_best_ms={t.desc: float(c) * 1e3 for t, c in zip(sched.tasks, sched.best_costs)})
     with sc.ApplyHistoryBest(log):
         lib = sc.build_graph(graph)
     row["sources"] = sorted({lib.schedule_source(f.name) for _, _, f in graph.tir_calls()})
@@ -111,6 +117,8 @@ def bench_model(name: str, trials: int, use_compile: bool, log_dir: str, rounds:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=32, help="trials per task")
+    ap.add_argument("--reuse-logs", action="store_true",
+                    help="with --log-dir: time the programs of the records already there (no tuning)")
     ap.add_argument("--models", default="mlp,transformer,resnet_block")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -126,11 +134,13 @@ def main() -> None:
            "strategy": "gradient", "models": []}
     t_all = time.perf_counter()
     for name in opts.models.split(","):
-        row = bench_model(name, opts.trials, not opts.no_compile, log_dir)
+        row = bench_model(name, opts.trials, not opts.no_compile, log_dir, reuse=opts.reuse_logs)
         out["models"].append(row)
         comp = f", torch.compile {row['torch_compile_ms']:.3f} ms" if "torch_compile_ms" in row else \
             f", torch.compile failed ({row.get('torch_compile_error', 'skipped')})"
-        print(f"{name}: {row['tasks']} tasks x {opts.trials} trials in {row['tune_wall_s']:.0f} s; "
+        tuned_how = ("records reused" if row["tune_wall_s"] is None
+                     else f"{opts.trials} trials in {row['tune_wall_s']:.0f} s")
+        print(f"{name}: {row['tasks']} tasks, {tuned_how}; "
               f"untuned {row['untuned_ms']:.3f} ms, tuned {row['tuned_ms']:.3f} ms, "
               f"torch eager {row['torch_eager_ms']:.3f} ms{comp}; "
               f"{row['speed_vs_eager']:.2f}x eager's speed; max rel err {row['tuned_max_rel_err']:.1e}",
@@ -139,6 +149,11 @@ def main() -> None:
     if opts.merge and opts.out.exists():
         old = json.loads(opts.out.read_text())
         fresh = {r["model"] for r in out["models"]}
+        before = {r["model"]: r for r in old.get("models", [])}
+        for r in out["models"]:  # reused records: keep how they were tuned, from the earlier row
+            if r.get("records_reused_from") and r["model"] in before:
+                tuning = ("tune_wall_s", "trials_per_task", "trials_total", "estimated_total_ms", "task_best_ms")
+                r.update({k: before[r["model"]][k] for k in tuning if k in before[r["model"]]})
         kept = [r for r in old.get("models", []) if r["model"] not in fresh]
         out["models"] = kept + out["models"]
         out["earlier_runs"] = old.get("earlier_runs", []) + [{k: v for k, v in old.items() if k != "models"}]

@@ -196,47 +196,46 @@ class GraphModule:
         self.graph = graph
         self.target = target
         self.functions = dict(compiled)
+        # every value has one fixed buffer: the runtime arguments are copied into theirs, so each
+        # compiled function is bound to its buffers once (Module.prebind) instead of on every call
+        runtime_args = (*graph.inputs, *graph.free_params)
+        self._arg_buffers = {v.name: np.zeros(v.type.shape, v.type.dtype) for v in runtime_args}
         self._buffers = {o.name: np.zeros(o.type.shape, o.type.dtype) for c in graph.calls for o in c.outputs}
-        self._wrapped = {name: as_ndarray(a) for name, a in (*graph.bound.items(), *self._buffers.items())}
+        self._values = {**{k: np.ascontiguousarray(v) for k, v in graph.bound.items()},
+                        **self._arg_buffers, **self._buffers}
+        self._wrapped = {name: as_ndarray(a) for name, a in self._values.items()}
         self._steps = [self._step(c) for c in graph.calls]
 
-    def _step(self, call) -> Callable[[dict], None]:
-        outs = [self._buffers[o.name] for o in call.outputs]
+    def _step(self, call) -> Callable[[], None]:
         if call.kind == "library":
             fn = get_func(call.func)
-            out_nd = [self._wrapped[o.name] for o in call.outputs]
-            wrapped = self._wrapped
+            nds = [self._wrapped[a] for a in call.args] + [self._wrapped[o.name] for o in call.outputs]
 
-            def run_library(values: dict, fn=fn, args=call.args, out_nd=out_nd) -> None:
-                fn(*[wrapped[a] if a in wrapped else as_ndarray(values[a]) for a in args], *out_nd)
+            def run_library(fn=fn, nds=nds) -> None:
+                fn(*nds)
             return run_library
-        cf = self.functions[call.func]
-        module = cf.program.build()
+        module = self.functions[call.func].program.build()
         dag = self.graph.functions[call.func].dag
-        ins, outs_iter = iter(call.args), iter(outs)
-        order = [("in", next(ins)) if isinstance(t.op, PlaceholderOp) else ("out", next(outs_iter))
-                 for t in dag.tensors]
-
-        def run_tir(values: dict, module=module, order=order) -> None:
-            module(*[values[x] if kind == "in" else x for kind, x in order])
-        return run_tir
+        ins, outs = iter(call.args), iter(o.name for o in call.outputs)
+        names = [next(ins) if isinstance(t.op, PlaceholderOp) else next(outs) for t in dag.tensors]
+        return module.prebind(*[self._values[n] for n in names])
 
     # -- running ---------------------------------------------------------------
-    def _bind(self, args: tuple) -> dict:
-        values = bind_inputs(self.graph, args)
-        values.update(self._buffers)
-        return values
+    def _bind(self, args: tuple) -> None:
+        for name, arr in bind_inputs(self.graph, args).items():
+            if name in self._arg_buffers:
+                np.copyto(self._arg_buffers[name], arr)
 
-    def _execute(self, values: dict) -> int:
+    def _execute(self) -> int:
         for step in self._steps:
-            step(values)
+            step()
         return 0
 
     def run(self, *args) -> list:
         """Run the model; returns every output as a fresh numpy array (a list, in output order)."""
-        values = self._bind(args)
-        self._execute(values)
-        return [np.array(values[o], copy=True) for o in self.graph.outputs]
+        self._bind(args)
+        self._execute()
+        return [np.array(self._values[o], copy=True) for o in self.graph.outputs]
 
     def __call__(self, *args):
         outs = self.run(*args)
@@ -253,8 +252,8 @@ class GraphModule:
         check_timing_args(number, repeat, min_repeat_ms)
 
         def evaluator(*args) -> ProfileResult:
-            values = self._bind(args)
-            return time_calls(self._execute, (values,), number, repeat, min_repeat_ms)
+            self._bind(args)
+            return time_calls(self._execute, (), number, repeat, min_repeat_ms)
         return evaluator
 
     def benchmark(self, *args, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0) -> ProfileResult:
