@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
@@ -41,25 +41,12 @@ from scheduler_core.autotvm.tuner.lgbm_tuner import KnobFeatures
 from scheduler_core.measure.data import MeasureErrorNo
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_util import cpu_model  # noqa: E402  (same folder)
 
-def rgb_yuv_schedule(w, h, c=3):
-    rgb = te.placeholder((w, h, c), name="rgb")
-
-    def rgb2y(i, j, k):
-        return rgb[i, j, 0] * 0.257 + rgb[i, j, 1] * 0.504 + rgb[i, j, 2] * 0.098
-
-    def rgb2u(i, j, k):
-        return rgb[i, j, 0] * -0.148 + rgb[i, j, 1] * -0.291 + rgb[i, j, 2] * 0.439
-
-    def rgb2v(i, j, k):
-        return rgb[i, j, 0] * 0.439 + rgb[i, j, 1] * -0.368 + rgb[i, j, 2] * -0.071
-
-    def rgb2yuv(i, j, k):
-        return te.if_then_else(k == 0, rgb2y(i, j, k), te.if_then_else(k == 1, rgb2u(i, j, k), rgb2v(i, j, k)))
-
-    yuv = te.compute((w, h, c), rgb2yuv, name="yuv")
-    return te.create_schedule(yuv.op), [rgb, yuv]
+from tests.scheduler_core.autotvm.templates import rgb_yuv_schedule  # noqa: E402  (seed 003's compute)
 
 
 @autotvm.template("bench/rgb_yuv_trans")
@@ -197,16 +184,6 @@ def ranking_comparison(task, measured: dict, seed: int) -> dict:
     groups = fold
     return {"n_configs": len(items), "knob_pairwise_accuracy": pairwise_accuracy(pk, costs, groups),
             "program_pairwise_accuracy": pairwise_accuracy(pp, costs, groups)}
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main() -> None:

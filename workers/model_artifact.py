@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Mapping
@@ -36,7 +35,7 @@ from scheduler_core.base.errors import BuildError
 from scheduler_core.dag.tensor import PlaceholderOp
 from scheduler_core.driver.program import program_from_state
 from scheduler_core.graph.ir import Graph
-from scheduler_core.runtime.export import LINK_LIBS, LINK_TIMEOUT_S, find_c_compiler, header_text
+from scheduler_core.runtime.export import header_text, link_shared
 from scheduler_core.runtime.module import Module
 from scheduler_core.schedule.loop_state import State
 
@@ -93,17 +92,6 @@ def annotated_graph(graph: Graph, entries: list[EntrySchedule], symbols: list[st
     return data
 
 
-def link_objects(objects: list[Path], out_path: Path) -> None:
-    """``cc -shared -o out_path <objects> -lgomp -lpthread -lm``; BuildError with stderr on failure."""
-    cmd = [find_c_compiler(), "-shared", "-o", str(out_path), *map(str, objects), *LINK_LIBS]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LINK_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise BuildError(f"linking {out_path.name} failed: {err}") from err
-    if proc.returncode != 0:
-        raise BuildError(f"linking {out_path.name} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
-
-
 def build_model_artifact(graph: Graph, target: str, entries: list[EntrySchedule]) -> bytes:
     """The ``.tar.gz`` bytes of the whole-model artifact (see the module docstring).
 
@@ -127,7 +115,7 @@ def build_model_artifact(graph: Graph, target: str, entries: list[EntrySchedule]
             objects.append(obj)
             headers.append(header_text(module.signature, library_name=LIBRARY_NAME))
         so = Path(tmp) / LIBRARY_NAME
-        link_objects(objects, so)
+        link_shared(objects, so)
         files: Mapping[str, bytes] = {
             LIBRARY_NAME: so.read_bytes(),
             HEADER_NAME: "\n".join(headers).encode(),

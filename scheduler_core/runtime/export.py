@@ -82,9 +82,11 @@ def find_c_compiler() -> str:
     raise BuildError(f"no C compiler found (tried {', '.join(candidates)}); install gcc or set $CC")
 
 
-def link_shared(object_path: str | os.PathLike, out_path: str | os.PathLike) -> None:
-    """Run ``cc -shared -o out_path object_path`` with :data:`LINK_LIBS`; ``BuildError`` with stderr on failure."""
-    cmd = [find_c_compiler(), "-shared", "-o", str(out_path), str(object_path), *LINK_LIBS]
+def link_shared(object_path, out_path: str | os.PathLike) -> None:
+    """Run ``cc -shared -o out_path <objects>`` with :data:`LINK_LIBS`; ``object_path`` is one
+    object file or a list of them (a whole model's library); ``BuildError`` with stderr on failure."""
+    objects = [object_path] if isinstance(object_path, (str, os.PathLike)) else list(object_path)
+    cmd = [find_c_compiler(), "-shared", "-o", str(out_path), *map(str, objects), *LINK_LIBS]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LINK_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as err:
