@@ -63,6 +63,22 @@ class Client:
     def job(self, job_id: str) -> dict:
         return self._call("GET", f"/jobs/{job_id}").json()
 
+    def list_tasks(self, state: str | None = None, workload: str | None = None, limit: int = 50,
+                   offset: int = 0) -> dict:
+        """GET /tasks: ``{"items": [...], "total", "offset", "limit"}``, newest first; ``state`` filters
+        on the state of each task's latest job, ``workload`` on a substring of its key or DAG name."""
+        params: dict = {"limit": limit, "offset": offset}
+        if state:
+            params["state"] = state
+        if workload:
+            params["workload"] = workload
+        return self._call("GET", "/tasks", params=params).json()
+
+    def job_logs(self, job_id: str, tail: int | None = None) -> str:
+        """GET /jobs/{id}/logs: the job's log lines (text, one record a line); the last ``tail`` only."""
+        params = {"tail": tail} if tail is not None else {}
+        return self._call("GET", f"/jobs/{job_id}/logs", params=params).text
+
     def records(self, task_id: str, offset: int = 0, limit: int = 100) -> dict:
         return self._call("GET", f"/tasks/{task_id}/records", params={"offset": offset, "limit": limit}).json()
 

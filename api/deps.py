@@ -82,13 +82,17 @@ UNAUTHORIZED = "missing or wrong bearer token"
 class TokenAuthMiddleware:
     """401 (ErrorBody, ``WWW-Authenticate: Bearer``) for a request without the right token, before
     routing: FastAPI validates a route's body before its dependencies run, so a dependency alone
-    would answer an unauthenticated bad body with a 422.  ``open_paths`` (health, docs) stay open."""
+    would answer an unauthenticated bad body with a 422.  ``open_paths`` (health, docs, metrics) and
+    every path under one of ``open_prefixes`` (e.g. ``"/static/"``) stay open."""
 
-    def __init__(self, app: ASGIApp, open_paths: frozenset[str]):
-        self.app, self.open_paths = app, open_paths
+    def __init__(self, app: ASGIApp, open_paths: frozenset[str], open_prefixes: tuple[str, ...] = ()):
+        self.app, self.open_paths, self.open_prefixes = app, open_paths, tuple(open_prefixes)
+
+    def is_open(self, path: str) -> bool:
+        return path in self.open_paths or any(path.startswith(p) for p in self.open_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+        if scope["type"] == "http" and not self.is_open(scope["path"]):
             settings = scope["app"].state.settings
             if not token_ok(settings, Headers(scope=scope).get("authorization")):
                 response = error_json(401, "Unauthorized", UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})

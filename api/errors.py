@@ -29,6 +29,7 @@ there makes the response itself fail).
 
 from __future__ import annotations
 
+import logging
 from http import HTTPStatus
 from typing import Any
 
@@ -125,6 +126,8 @@ async def _library_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    logging.getLogger(__name__).warning("%s %s: Redis unavailable (%s: %s); answered 503", request.method,
+                                        request.url.path, type(exc).__name__, exc)
     return error_json(503, "ServiceUnavailable", "the service's Redis is unavailable; retry later",
                       headers={"Retry-After": str(RETRY_AFTER_S)})
 

@@ -3,9 +3,14 @@
 Routes (OpenAPI at /docs): POST /tasks, GET /tasks/{id}, GET /tasks/{id}/records,
 GET /tasks/{id}/best, GET /tasks/{id}/artifact, POST /tasks/{id}/resume,
 GET /jobs/{id}, DELETE /jobs/{id}, POST /models, GET /models/{id}, GET /models/{id}/best,
-GET /models/{id}/artifact (api.routes.models), GET /healthz.  With ``Settings.api_token`` set (non-empty),
-every route but /healthz and the docs needs ``Authorization: Bearer <token>``; the check runs in
-a middleware, before the body is read, so an unauthenticated request is always a 401.
+GET /models/{id}/artifact (api.routes.models), GET /healthz, GET /metrics (Prometheus text,
+api.routes.metrics).  With ``Settings.api_token`` set (non-empty), every route but /healthz,
+/metrics, the docs (/docs, /redoc, /openapi.json) and the static files under /static needs
+``Authorization: Bearer <token>``; the check runs in a middleware, before the body is read, so an
+unauthenticated request is always a 401.
+
+/docs (Swagger UI) and /redoc (ReDoc) work offline: their scripts, styles and favicon are files
+of this package (api/static/docs/, served at /static/docs/), never a CDN.
 
 Every error body is an ``api.schemas.ErrorBody`` (422: ``ValidationErrorBody``); the OpenAPI
 document lists each route's error statuses with that schema (``api.errors.error_responses``).
@@ -13,12 +18,47 @@ document lists each route's error statuses with that schema (``api.errors.error_
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import Depends, FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from .deps import BodyLimitMiddleware, TokenAuthMiddleware, require_token
 from .errors import error_responses, install_error_handlers
-from .routes import health, jobs, models, tasks
+from .routes import dashboard, health, jobs, metrics, models, tasks
 from .settings import Settings, get_settings
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"  # package data (pyproject's package-data)
+STATIC_URL = "/static"
+DOCS_URL, REDOC_URL, OPENAPI_URL = "/docs", "/redoc", "/openapi.json"
+OAUTH2_REDIRECT_URL = f"{DOCS_URL}/oauth2-redirect"  # Swagger UI's OAuth2 redirect page (inline script)
+SWAGGER_JS = f"{STATIC_URL}/docs/swagger-ui/swagger-ui-bundle.js"
+SWAGGER_CSS = f"{STATIC_URL}/docs/swagger-ui/swagger-ui.css"
+FAVICON = f"{STATIC_URL}/docs/swagger-ui/favicon-32x32.png"
+REDOC_JS = f"{STATIC_URL}/docs/redoc/redoc.standalone.js"
+
+
+def _add_docs(app: FastAPI, title: str) -> None:
+    """GET /docs and GET /redoc: FastAPI's pages with every asset served from ``STATIC_URL``
+    (no CDN, no Google Fonts, no Swagger validator badge), so they work offline."""
+
+    @app.get(DOCS_URL, include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=OPENAPI_URL, title=f"{title} - Swagger UI",
+                                   swagger_js_url=SWAGGER_JS, swagger_css_url=SWAGGER_CSS,
+                                   swagger_favicon_url=FAVICON, oauth2_redirect_url=OAUTH2_REDIRECT_URL,
+                                   swagger_ui_parameters={"validatorUrl": None})
+
+    @app.get(OAUTH2_REDIRECT_URL, include_in_schema=False)
+    def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get(REDOC_URL, include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url=OPENAPI_URL, title=f"{title} - ReDoc", redoc_js_url=REDOC_JS,
+                              redoc_favicon_url=FAVICON, with_google_fonts=False)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -29,21 +69,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ``settings.data_dir``).  Redis unreachable -> 503 with ``Retry-After`` (api.errors).
     """
     settings = settings or get_settings()
-    app = FastAPI(title=settings.project_name, summary="Ansor-style auto-scheduler service")
+    app = FastAPI(title=settings.project_name, summary="Ansor-style auto-scheduler service",
+                  openapi_url=OPENAPI_URL, docs_url=None, redoc_url=None)  # docs: _add_docs, offline
     app.state.settings = settings
     app.state.conn = None
     install_error_handlers(app)
-    open_paths = frozenset(p for p in ("/healthz", app.docs_url, app.redoc_url, app.openapi_url,
-                                       app.swagger_ui_oauth2_redirect_url) if p)
+    open_paths = frozenset(("/healthz", metrics.METRICS_PATH, DOCS_URL, REDOC_URL, OPENAPI_URL, OAUTH2_REDIRECT_URL,
+                            *dashboard.OPEN_PATHS))
     # The last added runs first: the token check, then the body limit (both before routing).
     app.add_middleware(BodyLimitMiddleware, max_body_size=settings.max_body_bytes)
-    app.add_middleware(TokenAuthMiddleware, open_paths=open_paths)
+    app.add_middleware(TokenAuthMiddleware, open_paths=open_paths,
+                       open_prefixes=(f"{STATIC_URL}/", *dashboard.OPEN_PREFIXES))
+    _add_docs(app, settings.project_name)
+    app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")
     protected = [Depends(require_token)]  # also puts the bearer scheme in the OpenAPI document
     # 401 is every protected route's; each route declares its other statuses (api/routes/*.py).
     app.include_router(tasks.router, dependencies=protected, responses=error_responses(401))
     app.include_router(jobs.router, dependencies=protected, responses=error_responses(401))
     app.include_router(models.router, dependencies=protected, responses=error_responses(401))
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    app.include_router(dashboard.router)  # the web pages (their data: the routes above)
     return app
 
 

@@ -10,13 +10,14 @@ whose ``path`` names the field, e.g. ``graph.calls[2].args[0]``), not by this sc
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from workers.job_state import JobState
 
-from .schemas import TASK_EXAMPLE, BestPublic, Target, TuningOptions
+from .dag_schema import graph_schema
+from .schemas import TASK_EXAMPLE, BestPublic, Target, Timestamp, TuningOptions
 
 # A valid POST /models body, the OpenAPI example: y = x + x (a tensor program) then a library
 # relu (not tuned).  Weights are never sent: the service tunes from the structure and the DAGs.
@@ -44,7 +45,8 @@ class ModelCreate(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra={"examples": [MODEL_EXAMPLE]})
 
-    graph: dict[str, Any] = Field(description="graph JSON (scheduler_core.graph.Graph.to_json)")
+    graph: Annotated[dict[str, Any], WithJsonSchema(graph_schema(MODEL_EXAMPLE["graph"]))] = Field(
+        description="graph JSON (scheduler_core.graph.Graph.to_json), validated by Graph.from_json")
     target: Target = "llvm"
     tuning: TuningOptions = Field(default_factory=TuningOptions)
 
@@ -74,7 +76,7 @@ class ModelTaskPublic(ModelTaskRef):
 class ModelPublic(BaseModel):
     model_id: str
     target: str
-    created: float | None = None      # seconds since the epoch
+    created: Timestamp = None         # ISO 8601, UTC
     tuning: dict[str, Any] = {}
     latest_job_id: str | None = None
     state: JobState | None = None     # the latest job's state

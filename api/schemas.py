@@ -12,13 +12,16 @@ live in Settings), not here.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model
 
 from scheduler_core.base.target import Target as _LibraryTarget
 from scheduler_core.search.tuning_options import FIELDS_BY_NAME, TUNING_FIELDS, TuningField
 from workers.job_state import JobState
+
+from .dag_schema import dag_schema
 
 
 def _check_target(target: str) -> str:
@@ -29,6 +32,26 @@ def _check_target(target: str) -> str:
     """
     return _LibraryTarget.parse(target).str
 
+
+def epoch_to_datetime(value: Any) -> Any:
+    """Seconds since the epoch (float, int or their text, as Redis keeps them) -> an aware UTC
+    datetime; None, "" and 0 (never set) -> None; a datetime or ISO 8601 text passes through."""
+    if value is None or value == "" or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+    if isinstance(value, str):
+        try:
+            return epoch_to_datetime(float(value))
+        except ValueError:
+            return value
+    return value
+
+
+# Every created/started/ended (and phase_since) of a response: ISO 8601 in UTC, e.g.
+# "2026-11-24T01:30:00.123456Z", or null.  Redis keeps float seconds; the schema converts.
+Timestamp = Annotated[datetime | None, BeforeValidator(epoch_to_datetime),
+                      Field(description="ISO 8601 time in UTC (e.g. 2026-11-24T01:30:00.123456Z), or null")]
 
 Target = Annotated[str, Field(max_length=512, description="target string, e.g. 'llvm -mcpu=skylake-avx512'"),
                    AfterValidator(_check_target)]
@@ -83,7 +106,8 @@ class TaskCreate(_Request):
 
     model_config = ConfigDict(json_schema_extra={"examples": [TASK_EXAMPLE]})
 
-    dag: dict[str, Any] = Field(description="ComputeDAG JSON (docs/dag_json_schema.md)")
+    dag: Annotated[dict[str, Any], WithJsonSchema(dag_schema(TASK_EXAMPLE["dag"]))] = Field(
+        description="ComputeDAG JSON (docs/dag_json_schema.md), validated by ComputeDAG.from_json")
     target: Target = "llvm"
     tuning: TuningOptions = Field(default_factory=TuningOptions)
 
@@ -104,7 +128,7 @@ class TaskPublic(BaseModel):
     task_id: str
     workload_key: str
     target: str
-    created: float | None = None      # seconds since the epoch
+    created: Timestamp = None         # ISO 8601, UTC
     tuning: dict[str, Any] = {}
     latest_job_id: str | None = None
 
@@ -119,10 +143,12 @@ class JobPublic(BaseModel):
     best_cost_s: float | None = None  # best measured latency so far, in seconds
     best_gflops: float | None = None
     errors: dict[str, int] = {}       # MeasureErrorNo name -> count
-    created: float | None = None      # timestamps in seconds since the epoch
-    started: float | None = None
-    ended: float | None = None
+    created: Timestamp = None         # ISO 8601 timestamps, UTC
+    started: Timestamp = None
+    ended: Timestamp = None
     error: str | None = None
+    phase: str = ""                   # of a running search: sketches, initial population, evolution,
+    phase_since: Timestamp = None     # building, measuring, saving; "" (and null) when none
 
 
 class RecordsPage(BaseModel):

@@ -34,6 +34,16 @@ key                                         type        holds
                                                         canonical JSON) on this target
 ``model_artifact(model_id)``                string      the whole-model .tar.gz (one .so, header,
                                                         graph.json), written when a model job ends
+``record_errors()``                        hash        error_no (as text) -> how many stored records have
+                                                        it, over every workload and target (counted
+                                                        when RedisStore.append_new_records stores a
+                                                        record; workers.metrics reads it)
+``job_log(job_id)``                         list        the job's log lines (RPUSH + LTRIM: the
+                                                        last workers.job_logs.JOB_LOG_CAP lines)
+``tasks_by_created()``                      zset        every task_id, scored by its ``created``
+                                                        (GET /tasks, newest first; workers.task_index)
+``tasks_by_created_backfilled()``           string      set once the tasks stored before that index
+                                                        existed have been added to it
 ==========================================  ==========  =====================================
 
 A model's tasks are ordinary tasks (``task(task_id)``): their records, best index and
@@ -121,3 +131,19 @@ def model_for_graph(digest: str, target: str) -> str:
 
 def model_artifact(model_id: str) -> str:
     return f"{PREFIX}model_artifact:{model_id}"
+
+
+def job_log(job_id: str) -> str:
+    return f"{PREFIX}job_log:{job_id}"
+
+
+def tasks_by_created() -> str:
+    return f"{PREFIX}tasks_by_created"
+
+
+def tasks_by_created_backfilled() -> str:
+    return f"{PREFIX}tasks_by_created:backfilled"
+
+
+def record_errors() -> str:
+    return f"{PREFIX}record_errors"

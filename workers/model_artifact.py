@@ -4,6 +4,7 @@
         Program --build--> object code (entry ``symbol``, meta ``__autosched_meta_<symbol>``)
     cc -shared -o model.so <every object> -lgomp -lpthread -lm       (runtime.export's link flags)
     model.tar.gz = model.so + model.h (one prototype per entry) + graph.json
+    artifact_member(tar.gz bytes, "so" | "h" | "json") -> that one file (GET /models/{id}/artifact?format=)
 
 ``graph.json`` is the graph's JSON (``Graph.to_json``; ``Graph.from_json`` reads it back)
 where each tensor-program function also has ``"entry"``: the C symbol that implements it,
@@ -128,3 +129,21 @@ def build_model_artifact(graph: Graph, target: str, entries: list[EntrySchedule]
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+ARTIFACT_MEMBERS = {"so": LIBRARY_NAME, "h": HEADER_NAME, "json": GRAPH_NAME}
+
+
+def artifact_member(data: bytes, fmt: str) -> bytes:
+    """One file of a model artifact's ``.tar.gz`` bytes: ``"so"`` (model.so), ``"h"`` (model.h)
+    or ``"json"`` (graph.json).  Raises KeyError for another ``fmt``, BuildError when the archive
+    is not a model artifact (unreadable, or without that member)."""
+    name = ARTIFACT_MEMBERS[fmt]
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            member = tar.extractfile(name)
+            if member is None:
+                raise KeyError(name)
+            return member.read()
+    except (tarfile.TarError, KeyError, OSError) as err:
+        raise BuildError(f"the stored model artifact has no readable {name}: {type(err).__name__}: {err}") from None

@@ -17,9 +17,9 @@ never a state already recorded; every finished batch is in Redis, so nothing is 
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -34,13 +34,16 @@ from scheduler_core.schedule.loop_state import State
 from scheduler_core.search.task_scheduler import TaskScheduler
 from scheduler_core.search.tuning_options import TuningOptions
 
+from .job_logs import job_logging
 from .job_state import JobState
-from .jobs import DETERMINISTIC_ERRORS, finalize_task, one_line_error
+from .jobs import DETERMINISTIC_ERRORS, BatchLog, PhaseReporter, end_job, finalize_task, one_line_error
 from .measure_queue import QueueBuilder, QueueRunner
 from .model_artifact import EntrySchedule, build_model_artifact
 from .model_store import ModelStore
 from .redis_conn import current_connection
 from .store import JobCancelled
+
+log = logging.getLogger(__name__)
 
 
 class UnknownModelError(LookupError):
@@ -59,7 +62,8 @@ def model_tune_job(model_id: str, job_id: str, num_measure_trials: int) -> dict:
 
     The model's ``tuning`` is a TuningOptions (JSON): per round, seed, timeout_s,
     min_repeat_ms, repeat, population, num_iters, measure ("local": on this worker; "queue":
-    by the measurement workers of the target's queue, each batch as one of its task's), verbose.  Returns ``{"state",
+    by the measurement workers of the target's queue, each batch as one of its task's), verbose (the job
+    logs instead: its records go to ``keys.job_log(job_id)`` and the worker's log file).  Returns ``{"state",
     "trials_done", "best_cost_s"}`` (best_cost_s: the model's weighted latency in seconds).
     The job ends ``finished``, ``cancelled`` or ``failed`` with a one-line error; a
     deterministic failure ends the job, anything else re-raises so that RQ retries it.
@@ -68,30 +72,54 @@ def model_tune_job(model_id: str, job_id: str, num_measure_trials: int) -> dict:
     job = store.get_job(job_id)
     if job is None:
         raise KeyError(f"unknown job {job_id!r}")
+    with job_logging(store.conn, job_id):
+        return _run_model_job(store, model_id, job_id, int(num_measure_trials), job)
+
+
+def _run_model_job(store: ModelStore, model_id: str, job_id: str, trials: int, job: dict) -> dict:
     if job["cancel"]:
-        store.set_job_state(job_id, JobState.cancelled)
-        return _summary(store, job_id, JobState.cancelled)
+        log.info("job %s cancelled before it started", job_id)
+        return end_job(store, job_id, JobState.cancelled)
+    log.info("job %s started: model %s, %d trials (%d done before)", job_id, model_id, trials, job["trials_done"])
+    if job["trials_done"]:
+        log.warning("job %s resumed after an interruption: %d of %d trials already measured", job_id,
+                    job["trials_done"], trials)
+    store.update_job(job_id, phase="", phase_since="")
     store.set_job_state(job_id, JobState.running)
+    phase = PhaseReporter(store, job_id)
     try:
         meta = store.get_model(model_id)
         if meta is None:
             raise UnknownModelError(f"unknown model {model_id!r}")
         graph = store.load_graph(model_id)
-        state = _search(store, meta, graph, job_id, int(num_measure_trials))
+        state = _search(store, meta, graph, job_id, trials)
+        phase("saving")
         finalize_model(store, meta, graph)
     except BaseException as err:
-        traceback.print_exc()
-        store.set_job_state(job_id, JobState.failed, one_line_error(err))
+        error = one_line_error(err)
         if isinstance(err, (*DETERMINISTIC_ERRORS, UnknownModelError)):
-            return _summary(store, job_id, JobState.failed)
+            log.error("job %s failed: %s", job_id, error, exc_info=err)
+            return end_job(store, job_id, JobState.failed, error)
+        log.error("job %s failed: %s; RQ retries it when retries are left (it continues from its records)",
+                  job_id, error, exc_info=err)
+        store.update_job(job_id, phase="", phase_since="")
+        store.set_job_state(job_id, JobState.failed, error)
         raise
-    store.set_job_state(job_id, state)
-    return _summary(store, job_id, state)
+    return end_job(store, job_id, state)
 
 
-def _summary(store: ModelStore, job_id: str, state: JobState) -> dict:
-    job = store.get_job(job_id) or {}
-    return {"state": state.value, "trials_done": job.get("trials_done", 0), "best_cost_s": job.get("best_cost_s")}
+class ModelBatchLog:
+    """Measure callback of a model job: :class:`workers.jobs.BatchLog` per task (the best so far
+    is that task's)."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, BatchLog] = {}
+
+    def __call__(self, policy: Any, inputs: list, results: list) -> None:
+        task = policy.task
+        if task.workload_key not in self.logs:
+            self.logs[task.workload_key] = BatchLog(task.compute_dag.flop_ct)
+        self.logs[task.workload_key](policy, inputs, results)
 
 
 class ModelRecordSink:
@@ -182,7 +210,10 @@ def _search(store: ModelStore, meta: dict, graph: Graph, job_id: str, trials: in
     update_model_best(store, meta, job_id)
     remaining = trials - (store.get_job(job_id) or {}).get("trials_done", 0)
     if remaining <= 0:
+        log.info("no trials left to measure (%d of %d done)", trials - remaining, trials)
         return JobState.finished
+    log.info("model on %s: %d tasks, %d trials to measure, measure=%s", target, len(tasks), remaining,
+             options.measure)
     model = LGBMModel(seed=options.seed)
     builder: Any
     runner: Any
@@ -197,9 +228,10 @@ def _search(store: ModelStore, meta: dict, graph: Graph, job_id: str, trials: in
         builder = LocalBuilder(timeout_s=options.timeout_s)
         runner = LocalRunner(timeout_s=options.timeout_s, min_repeat_ms=options.min_repeat_ms,
                              repeat=options.repeat)
-    run_options = TuningOptions.from_json({**options.to_json(), "num_measure_trials": remaining},
+    # verbose 0: the scheduler's progress table would go to the worker's stdout; ModelBatchLog logs
+    run_options = TuningOptions.from_json({**options.to_json(), "num_measure_trials": remaining, "verbose": 0},
                                           builder=builder, runner=runner,
-                                          measure_callbacks=[ModelRecordSink(store, job_id, meta)])
+                                          measure_callbacks=[ModelBatchLog(), ModelRecordSink(store, job_id, meta)])
     with tempfile.TemporaryDirectory(prefix="autosched_model_job_") as tmp:
         log_file, n_measured = _write_records(store, tasks, target, model, os.path.join(tmp, "records.jsonl"))
         scheduler = TaskScheduler(tasks, weights, strategy="gradient", seed=options.seed + n_measured,
@@ -209,6 +241,7 @@ def _search(store: ModelStore, meta: dict, graph: Graph, job_id: str, trials: in
             scheduler.tune(run_options, cost_model_factory=lambda: model)
             return JobState.finished
         except JobCancelled:
+            log.info("cancel requested: the search stopped after its current batch")
             return JobState.cancelled
         finally:
             builder.close()
@@ -258,3 +291,4 @@ def finalize_model(store: ModelStore, meta: dict, graph: Graph) -> None:
             finalize_task(store, task)
     data = build_model_artifact(graph, meta["target"], model_entries(store, meta))
     store.save_model_artifact(meta["model_id"], data)
+    log.info("model artifact of %s written (%d bytes)", meta["model_id"], len(data))

@@ -147,6 +147,7 @@ class ModelStore(RedisStore):
                         fields: dict[Any, Any] = {"tuning": tuning_text, "latest_job_id": job_id}
                         if not done:
                             fields.update(task_id=task_id, workload_key=t.workload_key, target=target, created=now)
+                            p.zadd(keys.tasks_by_created(), {task_id: float(now)})  # workers.task_index
                         p.hset(keys.task(task_id), mapping=fields)
                     p.set(keys.model_graph(model_id), graph_text)
                     meta: dict[Any, Any] = {"model_id": model_id, "target": target, "tuning": tuning_text,

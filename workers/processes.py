@@ -1,11 +1,15 @@
 """RQ worker processes on one Redis: how the command line and the tests start them.
 
     start_worker_process(conn, queues) --> ``python -m rq.cli worker --url <conn's URL>
-        --serializer json <queues>`` in its own process group (stop it with os.killpg)
+        --serializer json --worker-class workers.processes.FileLoggingWorker <queues>``
+        in its own process group (stop it with os.killpg)
 
-Workers run RQ's own command line with the JSON serializer (job arguments are ids and
-JSON, never pickles); any process that can reach the Redis URL, on any machine, can
-attach the same way.
+Workers run RQ's own command line with the JSON serializer (job arguments are ids and JSON,
+never pickles); any process that can reach the Redis URL, on any machine, can attach the same
+way.  Their worker class, :class:`FileLoggingWorker`, logs to ``<data dir>/logs/worker.log``
+(workers.logging_setup), never to the terminal of the command that started it: the data
+directory is ``data_dir``, else that of the embedded Redis this process uses, else
+$AUTOSCHED_DATA_DIR / the default; the level is $AUTOSCHED_LOG_LEVEL (default INFO).
 
     WorkerSupervisor(url, n).start()  --> n workers kept running by a thread (restart with
         backoff, interrupted jobs requeued, the embedded Redis restarted); .stop()
@@ -27,7 +31,7 @@ from collections.abc import Sequence
 
 import psutil
 import redis
-from rq import Queue
+from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.executions import Execution
 from rq.job import Job, JobStatus
@@ -35,29 +39,65 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from .job_state import JobState
+from .logging_setup import configure_worker_logging
 from .queues import TUNE_QUEUE, requeue_job, worker_alive
-from .redis_conn import connection_url, embedded_alive, restart_embedded, started_embedded
+from .redis_conn import (
+    DATA_DIR_ENV,
+    connection_url,
+    embedded_alive,
+    embedded_data_dir,
+    resolve_data_dir,
+    restart_embedded,
+    started_embedded,
+)
 from .store import RedisStore
 
 log = logging.getLogger(__name__)
 
+LOG_LEVEL_ENV = "AUTOSCHED_LOG_LEVEL"
+WORKER_CLASS = "workers.processes.FileLoggingWorker"
+
+
+class FileLoggingWorker(Worker):
+    """RQ's Worker, logging to ``<data dir>/logs/worker.log`` (``configure_worker_logging`` of
+    ``resolve_data_dir()``, at $AUTOSCHED_LOG_LEVEL, default INFO) before it starts: RQ's own lines
+    and those of the jobs its work-horses run go to the file, none to the terminal."""
+
+    def __init__(self, *args, **kwargs):
+        configure_worker_logging(resolve_data_dir(), os.environ.get(LOG_LEVEL_ENV) or "INFO")
+        super().__init__(*args, **kwargs)
+
 
 def worker_command(url: str, queues: Sequence[str] = (TUNE_QUEUE,), burst: bool = False) -> list[str]:
-    """The argv of an RQ worker on ``url`` listening to ``queues`` (JSON serializer)."""
-    cmd = [sys.executable, "-m", "rq.cli", "worker", "--url", url, "--serializer", "json"]
+    """The argv of an RQ worker on ``url`` listening to ``queues`` (JSON serializer), logging to a file."""
+    cmd = [sys.executable, "-m", "rq.cli", "worker", "--url", url, "--serializer", "json",
+           "--worker-class", WORKER_CLASS]
     if burst:
         cmd.append("--burst")
     return cmd + list(queues)
 
 
+def worker_env(data_dir: str | os.PathLike | None = None) -> dict[str, str]:
+    """The environment of a worker process: this one's, with $AUTOSCHED_DATA_DIR set to ``data_dir``,
+    else to the data directory of this process's embedded Redis (when it uses one), so that the
+    worker logs under ``<data dir>/logs``."""
+    env = dict(os.environ)
+    chosen = data_dir if data_dir is not None else embedded_data_dir()
+    if chosen is not None:
+        env[DATA_DIR_ENV] = resolve_data_dir(chosen)
+    return env
+
+
 def start_worker_process(conn: redis.Redis, queues: Sequence[str] = (TUNE_QUEUE,),
-                         burst: bool = True) -> subprocess.Popen:
+                         burst: bool = True, data_dir: str | os.PathLike | None = None) -> subprocess.Popen:
     """A child RQ worker on ``conn``'s server (embedded or not), in its own process group,
     so that it and its RQ work-horse can be stopped together (``os.killpg``).
 
     burst : bool, exit when the queues are empty
+    data_dir : where its log goes (``<data_dir>/logs/worker.log``; see :func:`worker_env`)
     """
-    return subprocess.Popen(worker_command(connection_url(conn), queues, burst), start_new_session=True)
+    return subprocess.Popen(worker_command(connection_url(conn), queues, burst), start_new_session=True,
+                            env=worker_env(data_dir))
 
 
 def stop_worker_processes(procs: Sequence[subprocess.Popen], warm_s: float = 10.0, cold_s: float = 15.0) -> None:
@@ -157,7 +197,8 @@ def recover_interrupted_jobs(conn: redis.Redis, queues: Sequence[str] = (TUNE_QU
             if worker_alive(conn, worker):
                 continue
             requeue_job(conn, queue, job)
-            if store.get_job(job_id) is not None:  # a tune job: its hash says queued again
+            if store.get_job(job_id) is not None:  # a tune job: its hash says queued again, no phase
+                store.update_job(job_id, phase="", phase_since="")
                 store.set_job_state(job_id, JobState.queued)
             recovered.append(job_id)
     return recovered
@@ -174,13 +215,15 @@ class WorkerSupervisor:
     before its job is requeued, so the job never runs twice at once.  With
     ``supervise_redis``, the embedded Redis this process started is restarted when it
     stops answering (it reloads its AOF).  :meth:`stop` stops the thread, then the workers
-    (:func:`stop_worker_processes`).
+    (:func:`stop_worker_processes`).  The workers log to ``<data_dir>/logs/worker.log``
+    (:func:`worker_env`).
     """
 
     def __init__(self, url: str, count: int, queues: Sequence[str] = (TUNE_QUEUE,),
                  supervise_redis: bool = False, poll_s: float = 0.5, max_backoff_s: float = 30.0,
-                 stable_s: float = 60.0):
+                 stable_s: float = 60.0, data_dir: str | os.PathLike | None = None):
         self.url, self.count, self.queues = url, count, tuple(queues)
+        self.env = worker_env(data_dir)
         self.supervise_redis, self.poll_s = supervise_redis, poll_s
         self.max_backoff_s, self.stable_s = max_backoff_s, stable_s
         self.procs: list[subprocess.Popen | None] = [None] * count
@@ -205,7 +248,7 @@ class WorkerSupervisor:
 
     def _start(self, i: int) -> None:
         self.procs[i] = subprocess.Popen(worker_command(self.url, self.queues, burst=False),
-                                         start_new_session=True)
+                                         start_new_session=True, env=self.env)
         self._started_at[i] = time.monotonic()
 
     def _recover(self) -> None:

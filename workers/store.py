@@ -55,16 +55,20 @@ end
 return 0
 """
 
-# KEYS[1] = records list, KEYS[2] = record_states set, KEYS[3] = best hash;
-# ARGV = state id, record line, cost_s ('' for an error), for each record in turn.
-# Appends each record whose state is not in the set yet (adding it), lowers the best to the
-# fastest appended record; returns the number appended.
+# KEYS[1] = records list, KEYS[2] = record_states set, KEYS[3] = best hash, KEYS[4] = the
+# service-wide record_errors hash; ARGV = state id, record line, cost_s ('' for an error), for
+# each record in turn.  Appends each record whose state is not in the set yet (adding it and
+# counting its error_no, the line's "r"[2], in KEYS[4]: a record is counted once, retries
+# included), lowers the best to the fastest appended record; returns the number appended.
 _APPEND_NEW_RECORDS = """
 local appended = 0
 for k = 1, #ARGV, 3 do
   if redis.call('SADD', KEYS[2], ARGV[k]) == 1 then
     redis.call('RPUSH', KEYS[1], ARGV[k + 1])
     appended = appended + 1
+    local ok, rec = pcall(cjson.decode, ARGV[k + 1])
+    local no = (ok and type(rec) == 'table' and type(rec['r']) == 'table') and tonumber(rec['r'][2]) or nil
+    redis.call('HINCRBY', KEYS[4], no and tostring(no) or 'unparsed', 1)
     if ARGV[k + 2] ~= '' then
       local cur = redis.call('HGET', KEYS[3], 'cost_s')
       if (not cur) or tonumber(ARGV[k + 2]) < tonumber(cur) then
@@ -339,6 +343,8 @@ class RedisStore:
                         admit(p, admission, job_id, stale)
                         fields["latest_job_id"] = job_id
                     p.hset(keys.task(task_id), mapping=fields)
+                    if not complete:  # GET /tasks lists tasks by this index (workers.task_index)
+                        p.zadd(keys.tasks_by_created(), {task_id: float(fields["created"])})
                     if job_id is not None:
                         p.hincrby(keys.task(task_id), "trials_total", int(trials))
                     p.execute()
@@ -530,7 +536,7 @@ class RedisStore:
             return 0 if pipeline is None else pipeline
         return self._append_new_records(
             keys=[keys.records(workload_key, target), keys.record_states(workload_key, target),
-                  keys.best(workload_key, target)], args=args, client=pipeline or self.conn)
+                  keys.best(workload_key, target), keys.record_errors()], args=args, client=pipeline or self.conn)
 
     def index_record_states(self, workload_key: str, target: str) -> int:
         """Add the state of every stored record to ``keys.record_states`` (idempotent).

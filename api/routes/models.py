@@ -8,7 +8,8 @@
         --enqueue_model_tune (RQ "tune" queue)--> 201 ModelCreated
     GET /models/{id}            state of the latest job, each task's best and trials, total latency
     GET /models/{id}/best       the best schedule of each task (as GET /tasks/{id}/best)
-    GET /models/{id}/artifact   model.tar.gz: model.so (one entry per task), model.h, graph.json
+    GET /models/{id}/artifact   model.tar.gz: model.so (one entry per task), model.h, graph.json;
+                                ?format=so / ?format=h: model.so / model.h alone
 
 A model's tasks are ordinary tasks: GET /tasks/{task_id}, its records, best, artifact and
 resume work on them.  Library calls of the graph are kept in the model and not tuned.  The
@@ -20,12 +21,15 @@ the model's trials over all its jobs, the token's active jobs, the queued jobs) 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Response
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.graph.ir import Graph
 from workers.best import describe_best
 from workers.job_state import JobState
+from workers.model_artifact import artifact_member
 from workers.model_store import ModelStore, enqueue_model_tune, model_tasks
 from workers.store import ActiveJobError, AdmissionError
 
@@ -163,13 +167,20 @@ def read_model_best(model_id: str, conn: ConnDep) -> ModelBestPublic:
     return ModelBestPublic(model_id=model_id, total_latency_s=total, tasks=out)
 
 
+MODEL_ARTIFACT_MEDIA = {"tar.gz": "application/gzip", "so": "application/octet-stream", "h": "text/plain"}
+
+
 @router.get("/{model_id}/artifact", response_class=Response, operation_id="read_model_artifact",
-            responses={200: {"content": {"application/gzip": {}}}, **error_responses(404, 409, 422, 503)})
-def read_model_artifact(model_id: str, conn: ConnDep) -> Response:
-    """``model_<id>.tar.gz``: ``model.so`` with one C entry point per task (the symbol of its first
-    function), ``model.h`` (their prototypes) and ``graph.json`` (the graph; each tensor-program
+            responses={200: {"content": {m: {} for m in MODEL_ARTIFACT_MEDIA.values()}},
+                       **error_responses(404, 409, 422, 503)})
+def read_model_artifact(model_id: str, conn: ConnDep,
+                        format: Literal["tar.gz", "so", "h"] = "tar.gz") -> Response:
+    """``format=tar.gz`` (default): ``model_<id>.tar.gz`` with ``model.so`` (one C entry point per
+    task, the symbol of its first function), ``model.h`` (their prototypes and the calling
+    convention, docs/calling_convention.md) and ``graph.json`` (the graph; each tensor-program
     function names its ``entry``: symbol, task, "tuned" or "default" schedule, argument order).
-    An untuned task gets the naive schedule of its DAG.  404 for an unknown model; 409 until a
+    ``format=so``: ``model.so`` alone; ``format=h``: ``model.h`` alone (text/plain).  An
+    untuned task gets the naive schedule of its DAG.  404 for an unknown model; 409 until a
     model job has ended and written it."""
     store, meta = _model(conn, model_id)
     data = store.load_model_artifact(model_id)
@@ -177,5 +188,8 @@ def read_model_artifact(model_id: str, conn: ConnDep) -> Response:
         job = store.get_job(meta.get("latest_job_id") or "")
         hint = f"; its latest job {meta['latest_job_id']} is {job['state']}" if job else ""
         raise ConflictError(f"model {model_id!r} has no artifact yet (it is written when a model job ends){hint}")
-    return Response(data, media_type="application/gzip",
-                    headers={"Content-Disposition": f'attachment; filename="model_{model_id}.tar.gz"'})
+    if format != "tar.gz":
+        data = artifact_member(data, format)
+    name = f"model_{model_id}.{format}"
+    return Response(data, media_type=MODEL_ARTIFACT_MEDIA[format],
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})

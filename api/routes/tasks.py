@@ -4,6 +4,8 @@
                 (task, index and queued job in one Redis transaction; 409 naming the active
                 job while the task has one) --> enqueue_tune (RQ "tune" queue) --> 201 TaskCreated
     POST /tasks/{id}/resume --store.create_job (the same rule, atomic)--> enqueue_tune --> 201
+    GET /tasks --workers.task_index.list_tasks--> TaskPage (newest first, filter by state / workload)
+    GET /tasks/{id}/curve --workers.task_index.task_curve--> Curve (every record, best so far, errors)
 
 Only the request whose transaction created the job enqueues it, so concurrent POSTs of one
 workload start one search.
@@ -18,7 +20,7 @@ its jobs (409), the token's queued + running jobs (429) and the jobs waiting on 
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
@@ -28,7 +30,9 @@ from workers.best import describe_best
 from workers.job_state import JobState
 from workers.queues import enqueue_tune
 from workers.store import ActiveJobError, AdmissionError
+from workers.task_index import list_tasks, task_curve
 
+from ..dashboard_schemas import Curve, TaskPage
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, error_responses
 from ..limits import (
@@ -108,6 +112,27 @@ def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: 
         raise refusal(err, trials) from None
     _enqueue(store, conn, task_id, job_id, trials)
     return TaskCreated(task_id=task_id, job_id=job_id, workload_key=workload_key)
+
+
+@router.get("", response_model=TaskPage, operation_id="list_tasks", responses=error_responses(422, 503))
+def read_task_list(conn: ConnDep,
+                   state: Annotated[JobState | None, Query(description="the state of the task's latest job")] = None,
+                   workload: str | None = Query(None, max_length=200,
+                                                description="a substring of the workload_key or of the DAG's name"),
+                   limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=2**31)) -> TaskPage:
+    """The tasks, newest first, a page at a time: workload, target, records measured, best latency
+    (seconds) and GFLOP/s, and the latest job's state; ``total`` counts every task that matches."""
+    items, total = list_tasks(conn, state=state, workload=workload, limit=limit, offset=offset)
+    return TaskPage(items=items, total=total, offset=offset, limit=limit)
+
+
+@router.get("/{task_id}/curve", response_model=Curve, operation_id="read_curve",
+            responses=error_responses(404, 422, 503))
+def read_curve(task: TaskDep, conn: ConnDep) -> Curve:
+    """The tuning curve: one point per record in the order measured (latency in seconds and
+    GFLOP/s, or the error's MeasureErrorNo name), the trials where the best improved, and the
+    errors counted by kind.  404 for an unknown task."""
+    return Curve(task_id=task["task_id"], **task_curve(conn, task["workload_key"], task["target"]))
 
 
 @router.get("/{task_id}", response_model=TaskPublic, operation_id="read_task", responses=error_responses(404, 422, 503))

@@ -73,7 +73,8 @@ def access_pattern(op: Any, indices: tuple) -> AccessPattern | None:
     """Classify one read ``T[indices]`` made by ``op`` (Ansor's ``IsSimpleAccess``).
 
     Each index must be an integer constant or a constant shift of one of the
-    op's *spatial* axis variables (reduce axes do not count).  Returns ``None``
+    op's *spatial* axis variables (reduce axes do not count); an axis of extent 1
+    that no index names counts as present (every index of it is 0).  Returns ``None``
     when some index is anything else (``i + j``, ``k``, ``i*2``, a gather), or
     when ``op`` is not a ComputeOp.
     """
@@ -91,8 +92,11 @@ def access_pattern(op: Any, indices: tuple) -> AccessPattern | None:
                 break
         else:
             return None
+    # An axis of extent 1 read at a constant index (a frontend's ``x[0, i, j]`` for
+    # ``x[b, i, j]`` with one batch row) reads the same element: it is not missing.
+    single = [const_value(iv.dom_extent) == 1 and const_value(iv.dom_min) == 0 for iv in op.axis]
     return AccessPattern(
-        axis_missing=any(c == 0 for c in counts),
+        axis_missing=any(c == 0 and not one for c, one in zip(counts, single)),
         axis_duplicated=any(c > 1 for c in counts),
         same_order=all(a <= b for a, b in zip(order, order[1:])),
     )

@@ -203,6 +203,9 @@ class Graph:
             if c.kind not in CALL_KINDS:
                 raise InvalidWorkloadError(f"kind must be one of {CALL_KINDS}, got {c.kind!r}", f"{path}.kind")
             for j, a in enumerate(c.args):
+                if not isinstance(a, str):
+                    raise InvalidWorkloadError(f"must be a value name (a string), not {type(a).__name__}",
+                                               f"{path}.args[{j}]")
                 if a not in types:
                     raise InvalidWorkloadError(f"value {a!r} is used before it is defined", f"{path}.args[{j}]")
             if c.kind == "tir":
@@ -210,6 +213,8 @@ class Graph:
             for j, o in enumerate(c.outputs):
                 self._define(types, o, f"{path}.outputs[{j}]")
         for j, o in enumerate(self.outputs):
+            if not isinstance(o, str):
+                raise InvalidWorkloadError(f"must be a value name (a string), not {type(o).__name__}", f"outputs[{j}]")
             if o not in types:
                 raise InvalidWorkloadError(f"output {o!r} is not a value of the graph", f"outputs[{j}]")
         for name, arr in self.bound.items():
@@ -320,6 +325,8 @@ class Graph:
         for key in ("inputs", "calls", "outputs"):
             if not isinstance(obj.get(key), list):
                 raise InvalidWorkloadError("missing or not a list", key)
+        if not isinstance(obj.get("params", []), list):
+            raise InvalidWorkloadError("not a list", "params")
         functions = {}
         fobj = obj.get("functions", {})
         if not isinstance(fobj, dict):

@@ -125,7 +125,22 @@ def header_text(signature, library_name: str = "") -> str:
         'extern "C" {',
         "#endif",
         "",
-        "/* Arguments (C-contiguous, row-major):",
+        "/* Calling convention (autosched docs/calling_convention.md):",
+        " *   One pointer per tensor of the DAG, in the DAG's tensor order (the list below), then one",
+        " *   int32 per symbolic size.  Each pointer is the first element of a C-contiguous (row-major)",
+        " *   array of the listed element type and shape, aligned for that type (float16: uint16_t bit",
+        " *   patterns; bool: uint8_t 0/1).  Inputs are only read, outputs are written in full; the",
+        " *   arrays must not overlap (restrict: no in-place call).  No global state but the thread",
+        " *   pool of its parallel loops (OMP_NUM_THREADS threads, else the process's CPUs): the call",
+        " *   is reentrant and thread-safe (while one call's parallel loop holds the pool, a concurrent",
+        " *   call runs its loops on its own thread).",
+        f" * C: include this header, link the library, call {signature.name}(&a[0][0], ...).",
+        f" * Python: f = ctypes.CDLL(path_of_the_library).{signature.name}; f.restype = ctypes.c_int32;",
+        f" *   f.argtypes = [ctypes.c_void_p] * {len(signature.params)}"
+        + (f" + [ctypes.c_int32] * {len(signature.scalar_params)}" if signature.scalar_params else "")
+        + "; f(array.ctypes.data, ...)",
+        " *   with C-contiguous numpy arrays of the dtypes and shapes below.",
+        " * Arguments (C-contiguous, row-major):",
     ]
     for p, nm in zip(signature.params, names):
         dims = ", ".join(str(d) for d in p.shape)
@@ -134,7 +149,8 @@ def header_text(signature, library_name: str = "") -> str:
     for nm in names[len(signature.params):]:
         lines.append(f" *   {nm}: int32 symbolic size")
     lines += [
-        " * Returns 0 on success, nonzero on failure. */",
+        " * Returns 0 on success, nonzero on failure (a failed heap allocation of a temporary;",
+        " * the outputs are then unspecified). */",
         f"{prototype};",
         "",
         "/* JSON description of the arguments (name, dtype, shape). */",

@@ -47,9 +47,14 @@ class ProgramMeasurer:
 
     def measure(self, task, policy, inputs: list) -> list:
         """Build, run and record ``inputs``; returns their MeasureResults."""
+        enter_phase = getattr(policy, "enter_phase", None)  # SketchPolicy.on_phase: "building", "measuring"
         t0 = time.perf_counter()
+        if enter_phase is not None:
+            enter_phase("building")
         builds = self.builder.build(inputs)
         t1 = time.perf_counter()
+        if enter_phase is not None:
+            enter_phase("measuring")
         results = list(self.runner.run(inputs, builds))
         self.time_build_s += t1 - t0
         for k, (inp, res) in enumerate(zip(inputs, results)):

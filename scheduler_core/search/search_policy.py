@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,9 @@ class SketchPolicy:
         mutation probability 0.85, eps-greedy 0.05)
     seed : int, seeds the policy's numpy Generator
     init_search_callbacks : e.g. ``[PreloadMeasuredStates(log_file)]``
+
+    ``on_phase`` (attribute, default None): called with the phase the search enters: "sketches"
+    (once), "initial population", "evolution", then the measurer's "building" and "measuring".
     """
 
     def __init__(self, task, program_cost_model, params: SketchPolicyParams | None = None,
@@ -84,6 +88,7 @@ class SketchPolicy:
         self.measured_states: dict = {}  # state_key -> State
         self.sketches: list | None = None
         self.time_search_s = 0.0
+        self.on_phase: Callable[[str], None] | None = None
         for cb in init_search_callbacks or []:
             cb(self)
 
@@ -97,6 +102,11 @@ class SketchPolicy:
         good = [(c, k) for k, c in self.measured.items() if c is not None]
         good.sort()
         return [self.measured_states[k] for _, k in good[:n]]
+
+    def enter_phase(self, phase: str) -> None:
+        """Report ``phase`` to ``on_phase`` (when set)."""
+        if self.on_phase is not None:
+            self.on_phase(phase)
 
     # -- one round -------------------------------------------------------------
     def _predict(self, states: list) -> np.ndarray:
@@ -147,13 +157,16 @@ class SketchPolicy:
         """Best states by evolution and random states, both unmeasured."""
         p = self.params
         if self.sketches is None:
+            self.enter_phase("sketches")
             self.sketches = generate_sketches(self, self.sketch_rules)
             if not self.sketches:
                 raise ScheduleError(f"no sketch for {self.task}")
+        self.enter_phase("initial population")
         init = sample_init_population(self, self.sketches, p.population, self.rng)
         ratio = getattr(p, "sample_init_use_measured_ratio", 0.2)
         n_measured = min(len(self.measured_states), int(ratio * p.population))
         init = init + self.best_measured(n_measured)
+        self.enter_phase("evolution")
         best = self.evolutionary_search(init, 2 * num_random + 64)
         fresh = [s for s in init if state_key(s) not in self.measured]
         order = self.rng.permutation(len(fresh))[: 3 * num_random]

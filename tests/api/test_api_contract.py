@@ -233,14 +233,18 @@ def test_other_errors_have_the_error_shape(client):
 
 EXPECTED = {  # (method, path) -> error statuses it must document
     ("post", "/tasks"): {401, 409, 413, 422, 429, 503},
+    ("get", "/tasks"): {401, 422, 503},
     ("get", "/tasks/{task_id}"): {401, 404, 503},
+    ("get", "/tasks/{task_id}/curve"): {401, 404, 503},
     ("get", "/tasks/{task_id}/records"): {401, 404, 422, 503},
     ("get", "/tasks/{task_id}/best"): {401, 404, 409, 503},
     ("get", "/tasks/{task_id}/artifact"): {401, 404, 409, 422, 503},
     ("post", "/tasks/{task_id}/resume"): {401, 404, 409, 413, 422, 429, 503},
     ("get", "/jobs/{job_id}"): {401, 404, 503},
+    ("get", "/jobs/{job_id}/logs"): {401, 404, 503},
     ("delete", "/jobs/{job_id}"): {401, 404, 409, 503},
     ("get", "/healthz"): {503},
+    ("get", "/metrics"): {503},
     ("post", "/models"): {401, 409, 413, 422, 429, 503},
     ("get", "/models/{model_id}"): {401, 404, 503},
     ("get", "/models/{model_id}/best"): {401, 404, 409, 503},

