@@ -1,10 +1,13 @@
 """The FastAPI application: ``create_app(settings)``; ``uvicorn api.main:app`` serves it.
 
-Routes (OpenAPI at /docs): POST /tasks, GET /tasks/{id}, GET /tasks/{id}/records,
+Routes (OpenAPI at /docs): POST /tasks, GET /tasks (paged list), GET /tasks/{id},
+GET /tasks/{id}/curve, GET /tasks/{id}/records,
 GET /tasks/{id}/best, GET /tasks/{id}/artifact, POST /tasks/{id}/resume,
-GET /jobs/{id}, DELETE /jobs/{id}, POST /models, GET /models/{id}, GET /models/{id}/best,
+GET /jobs/{id}, DELETE /jobs/{id}, GET /jobs/{id}/logs, POST /models, GET /models/{id}, GET /models/{id}/best,
 GET /models/{id}/artifact (api.routes.models), GET /healthz, GET /metrics (Prometheus text,
-api.routes.metrics).  With ``Settings.api_token`` set (non-empty), every route but /healthz,
+api.routes.metrics), and the web dashboard: GET / -> /dashboard, /dashboard/tasks/{id}
+(api.routes.dashboard; its pages need no token, the JSON routes they call do).  With
+``Settings.api_token`` set (non-empty), every route but /healthz,
 /metrics, the docs (/docs, /redoc, /openapi.json) and the static files under /static needs
 ``Authorization: Bearer <token>``; the check runs in a middleware, before the body is read, so an
 unauthenticated request is always a 401.
@@ -25,6 +28,8 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagge
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from workers.logging_setup import configure_api_logging
+
 from .deps import BodyLimitMiddleware, TokenAuthMiddleware, require_token
 from .errors import error_responses, install_error_handlers
 from .routes import dashboard, health, jobs, metrics, models, tasks
@@ -38,18 +43,27 @@ SWAGGER_JS = f"{STATIC_URL}/docs/swagger-ui/swagger-ui-bundle.js"
 SWAGGER_CSS = f"{STATIC_URL}/docs/swagger-ui/swagger-ui.css"
 FAVICON = f"{STATIC_URL}/docs/swagger-ui/favicon-32x32.png"
 REDOC_JS = f"{STATIC_URL}/docs/redoc/redoc.standalone.js"
+# The docs pages may load nothing from another host (ReDoc's footer would show a logo from its
+# CDN): scripts, styles, images, workers and fetches from this server only (inline script and
+# styles: FastAPI's page setup and the libraries' styled components; blob: ReDoc's search worker).
+DOCS_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
+            "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'")
 
 
 def _add_docs(app: FastAPI, title: str) -> None:
     """GET /docs and GET /redoc: FastAPI's pages with every asset served from ``STATIC_URL``
-    (no CDN, no Google Fonts, no Swagger validator badge), so they work offline."""
+    (no CDN, no Google Fonts, no Swagger validator badge), so they work offline; their
+    Content-Security-Policy (``DOCS_CSP``) keeps the browser from asking any other host."""
 
     @app.get(DOCS_URL, include_in_schema=False)
     def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url=OPENAPI_URL, title=f"{title} - Swagger UI",
+        page = get_swagger_ui_html(openapi_url=OPENAPI_URL, title=f"{title} - Swagger UI",
                                    swagger_js_url=SWAGGER_JS, swagger_css_url=SWAGGER_CSS,
                                    swagger_favicon_url=FAVICON, oauth2_redirect_url=OAUTH2_REDIRECT_URL,
                                    swagger_ui_parameters={"validatorUrl": None})
+        page.headers["Content-Security-Policy"] = DOCS_CSP
+        return page
 
     @app.get(OAUTH2_REDIRECT_URL, include_in_schema=False)
     def swagger_ui_redirect() -> HTMLResponse:
@@ -57,8 +71,10 @@ def _add_docs(app: FastAPI, title: str) -> None:
 
     @app.get(REDOC_URL, include_in_schema=False)
     def redoc() -> HTMLResponse:
-        return get_redoc_html(openapi_url=OPENAPI_URL, title=f"{title} - ReDoc", redoc_js_url=REDOC_JS,
+        page = get_redoc_html(openapi_url=OPENAPI_URL, title=f"{title} - ReDoc", redoc_js_url=REDOC_JS,
                               redoc_favicon_url=FAVICON, with_google_fonts=False)
+        page.headers["Content-Security-Policy"] = DOCS_CSP
+        return page
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -96,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def __getattr__(name: str):
     """``api.main:app`` for uvicorn, built on first access (importing this module starts nothing)."""
     if name == "app":
+        configure_api_logging()  # the server process (uvicorn api.main:app) logs to stderr in one format
         globals()["app"] = create_app()
         return globals()["app"]
     raise AttributeError(name)

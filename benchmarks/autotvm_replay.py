@@ -1,7 +1,7 @@
 """AutoTVM tuners replayed over a fully measured config space: many seeds at no measuring cost.
 
     python benchmarks/autotvm_replay.py measure [--table benchmarks/results/autotvm_matmul512_table.json]
-    python benchmarks/autotvm_replay.py replay  [--seeds 20] [--trials 64] [--out benchmarks/results/autotvm_replay.json]
+    python benchmarks/autotvm_replay.py replay [--seeds 20] [--trials 64] [--out FILE.json]
 
 ``measure`` builds and runs every config of ``benchmarks/autotvm_tuners.py``'s 512^3 matmul
 template (2940 configs) once and writes each config's costs (seconds per call, one per

@@ -35,7 +35,7 @@ from .errors import ErrorBoundaryGroup, error_message
 from .local_tune import tune
 from .records import records_app
 
-app = typer.Typer(cls=ErrorBoundaryGroup, add_completion=False,
+app = typer.Typer(cls=ErrorBoundaryGroup, add_completion=False, no_args_is_help=True,
                   help="autosched: template-free auto-scheduling of tensor programs")
 
 

@@ -133,6 +133,10 @@ class ErrorBoundaryGroup(TyperGroup):
             if not standalone_mode:
                 raise
             message = err.format_message() if hasattr(err, "format_message") else str(err)
+            if type(err).__name__ == "NoArgsIsHelpError":  # no command: the help (rich printed it already)
+                if message.strip():
+                    typer.echo(message, err=True)
+                sys.exit(getattr(err, "exit_code", USAGE_EXIT))
             typer.echo(f"error: {one_line(message)}", err=True)
             ctx = getattr(err, "ctx", None)
             if ctx is not None:

@@ -3,7 +3,7 @@
     DAG file --RedisStore.create_task_with_job--> task + job (embedded Redis of --data-dir)
       --supervised RQ worker processes (their output: <data dir>/logs/worker.log)--> records
       --> progress bar (stderr) --> --out/records.json, best_schedule.py, best.so/.h/.ll,
-          best_record.json --> "best ... after N trials; numpy reference ...: 1.96x faster"
+          best_record.json --> "best ... after N trials; numpy reference evaluator ...: 1.96x faster"
 
 ``--resume`` imports ``--out/records.json`` first (records of states already stored are skipped),
 so the search measures only new states; the final line says how many trials were reused.
@@ -142,9 +142,10 @@ def _run_workers(store: RedisStore, task_id: str, job_id: str, data_dir, log_lev
     url = connection_url(store.conn)
     # Supervised as under serve: a worker that dies is restarted and the job it left goes back on
     # the queue (it continues from its records); an embedded Redis this command started is too.
-    supervisors = [WorkerSupervisor(url, 1, supervise_redis=started_embedded())]
+    where = resolve_data_dir(data_dir)
+    supervisors = [WorkerSupervisor(url, 1, supervise_redis=started_embedded(), data_dir=where)]
     if (task["tuning"] or {}).get("measure") == "queue":
-        supervisors.append(WorkerSupervisor(url, 1, (measure_queue_name(task["target"]),)))
+        supervisors.append(WorkerSupervisor(url, 1, (measure_queue_name(task["target"]),), data_dir=where))
     with worker_output_to(log_path) as terminal:
         console = Console(file=terminal)
         with log_to_console(console):

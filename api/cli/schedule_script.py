@@ -89,7 +89,7 @@ def main() -> None:
                                                 min_repeat_ms=40)(*call_args).results)
     line = f"best.so: {{cost * 1e3:.4g}} ms"
     if not args.no_check:
-        line += f"; numpy reference: {{numpy_s * 1e3:.4g}} ms ({{numpy_s / cost:.2f}}x)"
+        line += f"; numpy reference evaluator: {{numpy_s * 1e3:.4g}} ms ({{numpy_s / cost:.2f}}x)"
     print(line)
 
 

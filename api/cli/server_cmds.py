@@ -25,7 +25,8 @@ from rq.serializers import JSONSerializer
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.job_state import ENDED_STATES, JobState
-from workers.processes import WorkerSupervisor
+from workers.logging_setup import configure_api_logging, configure_worker_logging
+from workers.processes import LOG_LEVEL_ENV, WorkerSupervisor
 from workers.queues import TUNE_QUEUE, gpu_measure_queue
 from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
 
@@ -59,7 +60,10 @@ def worker(queues: Annotated[list[str], typer.Option("--queues", "-q", help="que
         except Exception as err:  # noqa: BLE001 - DeviceRuntimeError: no driver / device / pycuda
             raise CliError(f"--gpu {gpu}: {one_line(err)}") from None
         typer.echo(f"listening on {', '.join(names)}", err=True)
-    Worker(names, connection=get_connection(url), serializer=JSONSerializer).work(burst=burst)
+    conn = get_connection(url)
+    log_path = configure_worker_logging(resolve_data_dir(None), os.environ.get(LOG_LEVEL_ENV) or "INFO")
+    typer.echo(f"worker log: {log_path}", err=True)
+    Worker(names, connection=conn, serializer=JSONSerializer).work(burst=burst)
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -83,7 +87,9 @@ def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[in
     if not url:
         owner = "started" if started_embedded() else "connected to an already running"
         typer.echo(f"{owner} embedded Redis, data in {resolve_data_dir(data_dir)}", err=True)
-    supervisor = WorkerSupervisor(connection_url(conn), workers, supervise_redis=started_embedded())
+    supervisor = WorkerSupervisor(connection_url(conn), workers, supervise_redis=started_embedded(),
+                                  data_dir=resolve_data_dir(data_dir))
+    configure_api_logging()
     # uvicorn re-raises a SIGTERM after its graceful shutdown; as SystemExit it reaches
     # the finally below, which stops the workers and the embedded Redis.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -218,8 +224,10 @@ def list_tasks(state: Annotated[str | None, typer.Option(help="only tasks whose 
     if items:
         console.print(table)
     total = int(page.get("total") or 0)
-    shown = f"{offset + 1}-{offset + len(items)} of {total}" if items else f"none of {total}"
-    typer.echo(f"tasks {shown}")
+    if items:
+        typer.echo(f"tasks {offset + 1}-{offset + len(items)} of {total}")
+    else:
+        typer.echo(f"no tasks at offset {offset} (of {total})" if total else "no tasks")
 
 
 def cancel(job_id: str, server: Server = DEFAULT_SERVER, token: Token = None) -> None:
@@ -251,6 +259,9 @@ def logs(job_id: str, tail: Annotated[int | None, typer.Option(min=0, help="only
         for line in lines:
             typer.echo(line)
         last = lines[-1] if lines else None
+        if follow_ and last is None and tail == 0:  # --tail 0 --follow: only lines from now on
+            everything = c.job_logs(job_id).splitlines()
+            last = everything[-1] if everything else None
         while follow_:
             ended = JobState(c.job(job_id)["state"]) in ENDED_STATES
             fresh = _new_lines(last, c.job_logs(job_id).splitlines())

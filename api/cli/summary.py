@@ -3,7 +3,7 @@
     numpy_reference_time(dag)   median seconds of the library's numpy reference evaluator
                                 (scheduler_core.dag.reference.evaluate, the check every measured
                                 program passes) on random inputs of the DAG's shapes and dtypes
-    final_line(...)             "best 1.23 ms (215.4 GFLOP/s) after 64 trials; numpy reference
+    final_line(...)             "best 1.23 ms (215.4 GFLOP/s) after 64 trials; numpy reference evaluator
                                 2.41 ms: 1.96x faster"
     early_end_reason(...)       why a finished job measured fewer trials than asked, or None
 """
@@ -55,10 +55,11 @@ def final_line(cost_s: float, gflops: float | None, trials: int, numpy_s: float 
         trials_text += f" ({reused} reused, {trials - reused} new)"
     line = f"best {format_seconds(cost_s)}{flops} after {trials_text}; "
     if numpy_s is None:
-        return line + f"numpy reference unavailable ({numpy_why})"
+        return line + f"numpy reference evaluator unavailable ({numpy_why})"
     ratio = numpy_s / cost_s
     verdict = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower than numpy"
-    return line + f"numpy reference {format_seconds(numpy_s)}: {verdict}"
+    # the library's numpy evaluator of the DAG (loop-free numpy, not a BLAS call per op)
+    return line + f"numpy reference evaluator {format_seconds(numpy_s)}: {verdict}"
 
 
 def early_end_reason(job: dict, distinct_states: int, early_stopping: int | None) -> str | None:

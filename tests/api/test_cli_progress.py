@@ -66,9 +66,10 @@ def test_logging_goes_above_the_bar_at_warning_only():
 
 def test_final_line_and_early_end_reason():
     assert final_line(1.23e-3, 215.43, 64, 2.41e-3) == \
-        "best 1.23 ms (215.4 GFLOP/s) after 64 trials; numpy reference 2.41 ms: 1.96x faster"
+        "best 1.23 ms (215.4 GFLOP/s) after 64 trials; numpy reference evaluator 2.41 ms: 1.96x faster"
     assert final_line(1e-3, 10.0, 8, 0.5e-3, reused=4) == \
-        "best 1 ms (10.0 GFLOP/s) after 8 trials (4 reused, 4 new); numpy reference 500 us: 2.00x slower than numpy"
+        "best 1 ms (10.0 GFLOP/s) after 8 trials (4 reused, 4 new); " \
+        "numpy reference evaluator 500 us: 2.00x slower than numpy"
     job = {"state": "finished", "trials_done": 1, "trials_total": 8}
     assert early_end_reason(job, 1, None).startswith("the search space of this DAG has a single state")
     assert "only the 5 distinct states" in early_end_reason({**job, "trials_done": 5}, 5, None)

@@ -72,6 +72,8 @@ def test_docs_pages_reference_only_the_servers_own_paths(client, page):
             assert len(asset.content) > 500
     if page == "/docs":
         assert '"validatorUrl": null' in html  # no badge image from the online validator
+    csp = r.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "img-src 'self' data:" in csp and "connect-src 'self'" in csp
 
 
 def test_vendored_assets_carry_their_licences_and_no_missing_source_maps():
@@ -84,6 +86,7 @@ def test_vendored_assets_carry_their_licences_and_no_missing_source_maps():
     assert "Apache License" in (docs / "swagger-ui" / "LICENSE").read_text()
     assert "MIT" in (docs / "redoc" / "LICENSE").read_text() or "Permission is hereby granted" in (
         docs / "redoc" / "LICENSE").read_text()
+    assert "cdn.redoc.ly" not in (docs / "redoc" / "redoc.standalone.js").read_text()  # ReDoc's footer logo
     for asset in docs.rglob("*"):
         if asset.suffix in (".js", ".css"):  # a trailing map comment would make browsers ask for a missing file
             assert "sourceMappingURL" not in asset.read_text(errors="replace")[-300:], asset
