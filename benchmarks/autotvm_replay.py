@@ -39,16 +39,27 @@ from autotvm_tuners import TUNERS, trials_to_reach  # noqa: E402  (same folder; 
 from bench_util import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "benchmarks" / "results" / "autotvm_matmul512_table.json"
+# LGBMTuner settings tried beside autotvm_tuners.TUNERS (name: plan_size, pool_size)
+VARIANTS = {f"lgbm_p{plan}_pool{pool}": (plan, pool) for plan in (2, 3, 4, 8) for pool in (256, 1024)}
+TUNERS = {**TUNERS, **{name: (lambda t, seed, plan=plan, pool=pool: autotvm.tuner.LGBMTuner(
+    t, plan_size=plan, pool_size=pool, feature_type="program", seed=seed, diversity=0.2))
+    for name, (plan, pool) in VARIANTS.items()}}
+# the two tasks of autotvm_tuners.py: (template, args, default table file)
+TASKS = {"matmul512": ("bench/matmul", (512, 512, 512)), "seed003": ("bench/rgb_yuv_trans", (1920, 1080))}
 
 
-def matmul_task():
-    return autotvm.task.create("bench/matmul", args=(512, 512, 512), target="llvm")
+def table_path_of(name: str) -> Path:
+    return ROOT / "benchmarks" / "results" / f"autotvm_{name}_table.json"
 
 
-def measure_space(table_path: Path, batch: int = 32) -> None:
+def make_task(name: str):
+    template, args = TASKS[name]
+    return autotvm.task.create(template, args=args, target="llvm")
+
+
+def measure_space(name: str, table_path: Path, batch: int = 32) -> None:
     """Measure every config not yet in the table; the table is rewritten after every batch."""
-    task = matmul_task()
+    task = make_task(name)
     table = json.loads(table_path.read_text()) if table_path.exists() else {
         "cpu": cpu_model(), "n_cpus": os.cpu_count(), "space": len(task.config_space), "flop": task.flop,
         "runner": {"number": 1, "repeat": 3, "min_repeat_ms": 20}, "load_avg": [], "configs": {}}
@@ -95,11 +106,11 @@ def replay_tuner(name: str, task, table: dict, n_trial: int, seed: int) -> list:
     return curve
 
 
-def replay(table_path: Path, seeds: int, n_trial: int, out: Path, tuners: list) -> None:
+def replay(name: str, table_path: Path, seeds: int, n_trial: int, out: Path, tuners: list) -> None:
     table = json.loads(table_path.read_text())
     if len(table["configs"]) < table["space"]:
         raise SystemExit(f"{table_path}: {len(table['configs'])}/{table['space']} configs measured; run `measure`")
-    task = matmul_task()
+    task = make_task(name)
     ok = [task.flop / min(e["costs"]) / 1e9 for e in table["configs"].values() if e["error_no"] == 0]
     space_best = max(ok)
     half = n_trial // 2
@@ -127,7 +138,7 @@ def replay(table_path: Path, seeds: int, n_trial: int, out: Path, tuners: list) 
             "mean_gflops_at_half": float(np.mean([c[half - 1] for c in curves[name]])),
         }
         print(name, summary[name], flush=True)
-    report = {"cpu": table["cpu"], "space": table["space"], "space_best_gflops": space_best,
+    report = {"task": name, "cpu": table["cpu"], "space": table["space"], "space_best_gflops": space_best,
               "configs_ok": len(ok), "seeds": seeds, "n_trial": n_trial, "table": str(table_path.relative_to(ROOT)),
               "method": "each tuner's measurements are the table's fastest repeat of the config "
                         "(an unreached target counts as n_trial + 1 in the medians)",
@@ -140,19 +151,22 @@ def replay(table_path: Path, seeds: int, n_trial: int, out: Path, tuners: list) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("measure", "replay"))
-    ap.add_argument("--table", default=str(TABLE))
+    ap.add_argument("--task", choices=tuple(TASKS), default="matmul512")
+    ap.add_argument("--table", default=None, help="default: benchmarks/results/autotvm_<task>_table.json")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--tuners", default=",".join(TUNERS), help="comma-separated names of autotvm_tuners.TUNERS")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "autotvm_replay.json"))
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/autotvm_replay_<task>.json")
     args = ap.parse_args()
+    table = Path(args.table) if args.table else table_path_of(args.task)
     if args.mode == "measure":
-        measure_space(Path(args.table))
+        measure_space(args.task, table)
     else:
+        out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"autotvm_replay_{args.task}.json"
         names = args.tuners.split(",")
         if "random" not in names:
             names.insert(0, "random")
-        replay(Path(args.table), args.seeds, args.trials, Path(args.out), names)
+        replay(args.task, table, args.seeds, args.trials, out, names)
 
 
 if __name__ == "__main__":
