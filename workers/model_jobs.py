@@ -92,7 +92,7 @@ def _run_model_job(store: ModelStore, model_id: str, job_id: str, trials: int, j
         if meta is None:
             raise UnknownModelError(f"unknown model {model_id!r}")
         graph = store.load_graph(model_id)
-        state = _search(store, meta, graph, job_id, trials)
+        state = _search(store, meta, graph, job_id, trials, phase)
         phase("saving")
         finalize_model(store, meta, graph)
     except BaseException as err:
@@ -199,7 +199,8 @@ class TaskQueueRunner:
             r.close()
 
 
-def _search(store: ModelStore, meta: dict, graph: Graph, job_id: str, trials: int) -> JobState:
+def _search(store: ModelStore, meta: dict, graph: Graph, job_id: str, trials: int,
+            on_phase: Any = None) -> JobState:
     """Run the task scheduler; JobState.finished or JobState.cancelled."""
     options = TuningOptions.from_json(meta["tuning"])
     target = meta["target"]
@@ -238,7 +239,7 @@ def _search(store: ModelStore, meta: dict, graph: Graph, job_id: str, trials: in
                                   load_log_file=log_file if n_measured else None)
         try:
             # one cost model for every task, as Ansor's task scheduler shares its XGBModel
-            scheduler.tune(run_options, cost_model_factory=lambda: model)
+            scheduler.tune(run_options, cost_model_factory=lambda: model, on_phase=on_phase)
             return JobState.finished
         except JobCancelled:
             log.info("cancel requested: the search stopped after its current batch")

@@ -71,13 +71,15 @@ class TaskScheduler:
             grads.append(self.weights[i] * (self.alpha * back + (1 - self.alpha) * fwd))
         return int(np.argmin(grads))
 
-    def tune(self, tuning_options, search_policy: str = "default", cost_model_factory=None) -> list:
+    def tune(self, tuning_options, search_policy: str = "default", cost_model_factory=None,
+             on_phase=None) -> list:
         """Spend ``tuning_options.num_measure_trials`` over the tasks; returns the best State per task.
 
         Each task gets a SketchPolicy with its own cost model (``cost_model_factory()``, default
         LGBMModel) and the options' population, generations and seed (+ task index); one
         ProgramMeasurer made from the options measures every batch, so each of its
         ``measure_callbacks`` (e.g. RecordToFile) receives every record of every task.
+        ``on_phase``: given to every policy (``SketchPolicy.on_phase``), so a caller sees the phases.
         """
         if cost_model_factory is None:
             cost_model_factory = LGBMModel
@@ -86,6 +88,8 @@ class TaskScheduler:
         policies = [SketchPolicy(t, cost_model_factory(), params=params, seed=tuning_options.seed + k,
                                  verbose=tuning_options.verbose, init_search_callbacks=callbacks)
                     for k, t in enumerate(self.tasks)]
+        for policy in policies:
+            policy.on_phase = on_phase
         measurer = ProgramMeasurer.from_options(tuning_options)
         per_round = tuning_options.num_measures_per_round
         left = tuning_options.num_measure_trials
