@@ -166,17 +166,25 @@ def end_job(store: Any, job_id: str, state: JobState, error: str = "") -> dict:
     return summary
 
 
-def _run_tune_job(store: RedisStore, task_id: str, job_id: str, trials: int, job: dict) -> dict:
+def begin_job(store: Any, job_id: str, subject: str, trials: int, job: dict) -> PhaseReporter | None:
+    """Start a tune or model job: log its start (and a resumption), clear its phase, mark it
+    running; its PhaseReporter.  None when it was cancelled before it started (not marked)."""
     if job["cancel"]:
         log.info("job %s cancelled before it started", job_id)
-        return end_job(store, job_id, JobState.cancelled)
-    log.info("job %s started: task %s, %d trials (%d done before)", job_id, task_id, trials, job["trials_done"])
+        return None
+    log.info("job %s started: %s, %d trials (%d done before)", job_id, subject, trials, job["trials_done"])
     if job["trials_done"]:
         log.warning("job %s resumed after an interruption: %d of %d trials already measured", job_id,
                     job["trials_done"], trials)
     store.update_job(job_id, phase="", phase_since="")
     store.set_job_state(job_id, JobState.running)
-    phase = PhaseReporter(store, job_id)
+    return PhaseReporter(store, job_id)
+
+
+def _run_tune_job(store: RedisStore, task_id: str, job_id: str, trials: int, job: dict) -> dict:
+    phase = begin_job(store, job_id, f"task {task_id}", trials, job)
+    if phase is None:
+        return end_job(store, job_id, JobState.cancelled)
     try:
         meta = store.get_task(task_id)
         if meta is None:

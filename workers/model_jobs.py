@@ -36,7 +36,7 @@ from scheduler_core.search.tuning_options import TuningOptions
 
 from .job_logs import job_logging
 from .job_state import JobState
-from .jobs import DETERMINISTIC_ERRORS, BatchLog, PhaseReporter, end_job, finalize_task, one_line_error
+from .jobs import DETERMINISTIC_ERRORS, BatchLog, begin_job, end_job, finalize_task, one_line_error
 from .measure_queue import QueueBuilder, QueueRunner
 from .model_artifact import EntrySchedule, build_model_artifact
 from .model_store import ModelStore
@@ -77,16 +77,9 @@ def model_tune_job(model_id: str, job_id: str, num_measure_trials: int) -> dict:
 
 
 def _run_model_job(store: ModelStore, model_id: str, job_id: str, trials: int, job: dict) -> dict:
-    if job["cancel"]:
-        log.info("job %s cancelled before it started", job_id)
+    phase = begin_job(store, job_id, f"model {model_id}", trials, job)
+    if phase is None:
         return end_job(store, job_id, JobState.cancelled)
-    log.info("job %s started: model %s, %d trials (%d done before)", job_id, model_id, trials, job["trials_done"])
-    if job["trials_done"]:
-        log.warning("job %s resumed after an interruption: %d of %d trials already measured", job_id,
-                    job["trials_done"], trials)
-    store.update_job(job_id, phase="", phase_since="")
-    store.set_job_state(job_id, JobState.running)
-    phase = PhaseReporter(store, job_id)
     try:
         meta = store.get_model(model_id)
         if meta is None:

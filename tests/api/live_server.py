@@ -1,5 +1,5 @@
-"""The real API app served by uvicorn in a thread on a free port, for tests that drive the
-command line (which talks HTTP) against it."""
+"""The real API app served by uvicorn in a thread on a free port, for tests that drive it over
+HTTP (the command line, a browser), and a real RQ worker that runs the queued jobs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import uvicorn
 
 from api.main import create_app
 from api.settings import Settings
+from workers.processes import start_worker_process
 
 
 def free_port() -> int:
@@ -38,3 +39,15 @@ def live_server(redis_url: str, **settings) -> Iterator[str]:
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
+
+
+def run_burst_worker(conn, timeout_s: float = 300) -> None:
+    """A real RQ worker process in burst mode on ``conn``'s server: it runs the queued jobs and exits
+    (killed after ``timeout_s`` seconds)."""
+    worker = start_worker_process(conn, burst=True)
+    try:
+        worker.wait(timeout=timeout_s)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()

