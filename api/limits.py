@@ -37,8 +37,8 @@ from scheduler_core.ir.expr import dtype_bits
 from scheduler_core.ir.simplify import const_value
 from scheduler_core.measure.local_runner import default_mem_limit_bytes
 from workers import keys
+from workers.admission import Admission, AdmissionError
 from workers.queues import listening_workers, measure_queue_name
-from workers.store import Admission, AdmissionError
 
 from .deps import ConnDep, SettingsDep
 from .settings import Settings

@@ -32,18 +32,17 @@ from scheduler_core.graph.ir import Graph
 from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
-from .queues import DEFAULT_JOB_TIMEOUT_S, DEFAULT_RETRIES, tune_queue
-from .store import (
+from .admission import (
     ActiveJobError,
     Admission,
     AdmissionError,
-    RedisStore,
     admit,
-    canonical_target,
     new_job_fields,
     watch_active_job,
     watch_admission,
 )
+from .queues import DEFAULT_JOB_TIMEOUT_S, DEFAULT_RETRIES, tune_queue
+from .store import RedisStore, canonical_target
 
 MODEL_JOB_FUNC = "workers.model_jobs.model_tune_job"
 

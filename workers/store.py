@@ -4,7 +4,7 @@
                (queued), in one WATCH/MULTI/EXEC; ActiveJobError while the task has a queued or
                running job (nothing written).  The caller enqueues the job after it.
     resume --create_job--> job hash, the same way (at most one active job per task)
-    Admission: the limits on new jobs (trials per task, active jobs per token, queued jobs
+    Admission (workers.admission): the limits on new jobs (trials per task, active jobs per token, queued jobs
                overall) are read and written in that same transaction, so concurrent
                requests cannot pass a limit together (AdmissionError, nothing written)
     tune_job --RedisRecordSink(policy, inputs, results)--> records whose state is new (Lua: SADD
@@ -27,7 +27,6 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -41,6 +40,15 @@ from scheduler_core.measure.record import DagLine, RawRecord, decode_record, enc
 from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
+from .admission import (
+    ActiveJobError,
+    Admission,
+    admit,
+    new_job_fields,
+    watch_active_job,
+    watch_admission,
+)
+from .admission import as_text as _s
 from .job_state import ACTIVE_STATES, ENDED_STATES, JobState
 
 _PAGE = 1000
@@ -104,10 +112,6 @@ return redis.call('HGET', KEYS[1], 'trials_done')
 """
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _decode_hash(h: Mapping) -> dict:
     return {_s(k): _s(v) for k, v in h.items()}
 
@@ -131,131 +135,6 @@ def record_steps(line: str) -> str:
 def record_state_id(line: str) -> str:
     """The member of ``keys.record_states`` for a record line: a digest of :func:`record_steps`."""
     return hashlib.blake2b(record_steps(line).encode(), digest_size=16).hexdigest()
-
-
-class ActiveJobError(Exception):
-    """The task already has a queued or running job (a task has at most one active job).
-
-    Attributes: ``task_id``, ``job_id`` (the active job), ``state`` (its JobState value).
-    """
-
-    def __init__(self, task_id: str, job_id: str, state: str):
-        super().__init__(f"task {task_id!r} already has an active job {job_id!r} ({state})")
-        self.task_id, self.job_id, self.state = task_id, job_id, state
-
-
-def new_job_fields(job_id: str, task_id: str, trials: int) -> dict:
-    return {"job_id": job_id, "task_id": task_id, "state": JobState.queued.value, "trials_done": 0,
-            "trials_total": int(trials), "best_cost_s": "", "best_gflops": "", "errors": "{}",
-            "created": repr(time.time()), "started": "", "ended": "", "error": "", "cancel": 0}
-
-
-def watch_active_job(pipe, task_id: str) -> tuple[str, str] | None:
-    """WATCH the task hash and its latest job; ``(job_id, state)`` of that job when it is active.
-
-    ``pipe`` is a pipeline in immediate (WATCH) mode: a change to either key before the
-    caller's EXEC aborts the transaction (WatchError).
-    """
-    pipe.watch(keys.task(task_id))
-    latest = pipe.hget(keys.task(task_id), "latest_job_id")
-    if not latest:
-        return None
-    latest = _s(latest)
-    pipe.watch(keys.job(latest))
-    state = pipe.hget(keys.job(latest), "state")
-    if state is None or _s(state) not in {s.value for s in ACTIVE_STATES}:
-        return None
-    return latest, _s(state)
-
-
-@dataclass(frozen=True)
-class Admission:
-    """Limits a new job must fit, checked inside the transaction that creates it.
-
-    Each limit is None for "no limit".  ``token_id``: the requester (a digest of its API
-    token, see ``keys.token_jobs``); the job is counted against it in the same transaction.
-    ``max_task_trials``: the task's ``trials_total`` over all its jobs plus the new job's
-    trials may not pass it.  ``max_active_jobs_per_token``: the token's queued + running jobs
-    must be below it.  ``max_queued_jobs``: jobs in state queued (service-wide) must be below it.
-    """
-
-    token_id: str | None = None
-    max_task_trials: int | None = None
-    max_active_jobs_per_token: int | None = None
-    max_queued_jobs: int | None = None
-
-
-class AdmissionError(Exception):
-    """A new job over one of its :class:`Admission` limits; nothing was written.
-
-    ``limit``: the Admission field (``"max_task_trials"``, ``"max_active_jobs_per_token"``,
-    ``"max_queued_jobs"``); ``value``: the limit; ``current``: what the store counted
-    (trials asked so far / active jobs of the token / queued jobs); ``task_id``: the task.
-    """
-
-    def __init__(self, limit: str, value: int, current: int, task_id: str | None):
-        super().__init__(f"{limit}={value} reached ({current} counted) for task {task_id!r}")
-        self.limit, self.value, self.current, self.task_id = limit, value, current, task_id
-
-
-def _states(pipe, job_ids: list[str]) -> list[str | None]:
-    """The ``state`` of each job hash (None for a missing one), read in immediate mode."""
-    return [None if (v := pipe.hget(keys.job(j), "state")) is None else _s(v) for j in job_ids]
-
-
-def watch_admission(pipe, admission: Admission | None, task_id: str, task_exists: bool,
-                     trials: int) -> tuple[list[str], list[str]]:
-    """Check ``admission`` for a new job of ``trials`` on ``task_id``, WATCHing what it reads.
-
-    ``pipe`` is in immediate (WATCH) mode and already watches the task hash.  Returns the ids
-    to prune from the token's job set and from the queued set (ended / started jobs); the
-    caller removes them inside its MULTI (a write before EXEC would abort its own WATCH).
-    Raises AdmissionError.
-    """
-    if admission is None:
-        return [], []
-    a = admission
-    if a.max_task_trials is not None:
-        done = 0
-        if task_exists:
-            total = pipe.hget(keys.task(task_id), "trials_total")
-            if total is not None:
-                done = int(total)
-            else:  # a task stored before trials_total existed: its latest job's trials
-                latest = pipe.hget(keys.task(task_id), "latest_job_id")
-                if latest:
-                    pipe.watch(keys.job(_s(latest)))
-                    done = int(pipe.hget(keys.job(_s(latest)), "trials_total") or 0)
-        if done + trials > a.max_task_trials:
-            raise AdmissionError("max_task_trials", a.max_task_trials, done, task_id)
-    stale_token: list[str] = []
-    if a.token_id is not None:
-        pipe.watch(keys.token_jobs(a.token_id))
-        ids = sorted(_s(j) for j in pipe.smembers(keys.token_jobs(a.token_id)))
-        active_values = {st.value for st in ACTIVE_STATES}
-        stale_token = [j for j, st in zip(ids, _states(pipe, ids)) if st not in active_values]
-        active = len(ids) - len(stale_token)
-        if a.max_active_jobs_per_token is not None and active >= a.max_active_jobs_per_token:
-            raise AdmissionError("max_active_jobs_per_token", a.max_active_jobs_per_token, active, task_id)
-    pipe.watch(keys.queued_jobs())
-    ids = sorted(_s(j) for j in pipe.smembers(keys.queued_jobs()))
-    stale_queued = [j for j, st in zip(ids, _states(pipe, ids)) if st != JobState.queued.value]
-    queued = len(ids) - len(stale_queued)
-    if a.max_queued_jobs is not None and queued >= a.max_queued_jobs:
-        raise AdmissionError("max_queued_jobs", a.max_queued_jobs, queued, task_id)
-    return stale_token, stale_queued
-
-
-def admit(pipe, admission: Admission | None, job_id: str, stale: tuple[list[str], list[str]]) -> None:
-    """Inside MULTI: count the new job against the token and the queued set, prune the stale ids."""
-    stale_token, stale_queued = stale
-    if admission is not None and admission.token_id is not None:
-        if stale_token:
-            pipe.srem(keys.token_jobs(admission.token_id), *stale_token)
-        pipe.sadd(keys.token_jobs(admission.token_id), job_id)
-    if stale_queued:
-        pipe.srem(keys.queued_jobs(), *stale_queued)
-    pipe.sadd(keys.queued_jobs(), job_id)
 
 
 class RedisStore:

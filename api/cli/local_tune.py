@@ -23,13 +23,14 @@ from scheduler_core.base.target import Target
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.measure.record import encode_dag_line
 from scheduler_core.search.tuning_options import FIELDS_BY_NAME
+from workers.admission import ActiveJobError
 from workers.best import describe_best
 from workers.job_state import JobState
 from workers.logging_setup import configure_worker_logging
 from workers.processes import LOG_LEVEL_ENV, WorkerSupervisor, recover_interrupted_jobs
 from workers.queues import enqueue_tune, measure_queue_name
 from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
-from workers.store import ActiveJobError, RedisStore, import_record_file
+from workers.store import RedisStore, import_record_file
 
 from .errors import SERVICE_EXIT, CliError, one_line, read_dag
 from .options import DataDir, RedisUrl, tuning_flags

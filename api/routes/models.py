@@ -27,11 +27,11 @@ from fastapi import APIRouter, Response
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.graph.ir import Graph
+from workers.admission import ActiveJobError, AdmissionError
 from workers.best import describe_best
 from workers.job_state import JobState
 from workers.model_artifact import artifact_member
 from workers.model_store import ModelStore, enqueue_model_tune, model_tasks
-from workers.store import ActiveJobError, AdmissionError
 
 from ..deps import ConnDep, SettingsDep
 from ..errors import ConflictError, NotFoundError, error_responses

@@ -26,10 +26,10 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from scheduler_core.dag.compute_dag import ComputeDAG
+from workers.admission import ActiveJobError, AdmissionError
 from workers.best import describe_best
 from workers.job_state import JobState
 from workers.queues import enqueue_tune
-from workers.store import ActiveJobError, AdmissionError
 from workers.task_index import list_tasks, task_curve
 
 from ..dashboard_schemas import Curve, TaskPage

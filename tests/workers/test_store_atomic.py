@@ -21,7 +21,8 @@ from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.schedule_api import Schedule
 from tests.workloads import matmul_add
 from workers import keys
-from workers.store import ActiveJobError, RedisRecordSink, RedisStore, import_record_file, record_steps
+from workers.admission import ActiveJobError
+from workers.store import RedisRecordSink, RedisStore, import_record_file, record_steps
 
 E = MeasureErrorNo
 N = 32
