@@ -13,7 +13,7 @@ operation reachable from the outputs in topological order.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -43,6 +43,17 @@ from .dag_json import canonical_dumps, dag_to_json, tensors_from_json
 from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, dag_ops
 
 _REDUCE_SYMBOL = {"sum": "+=", "max": "max=", "min": "min=", "prod": "*="}
+
+# How a ComputeDAG makes its initial State.  State lives on the schedule floor, above this
+# one, so that floor hands its constructor down once at import (register_init_state) instead
+# of this module importing upwards.  Importing any part of scheduler_core runs the package's
+# __init__, which imports the schedule floor, so the factory is always set before use.
+INIT_STATE_FACTORY: list[Callable[[ComputeDAG], Any]] = []
+
+
+def register_init_state(factory: Callable[[ComputeDAG], Any]) -> None:
+    """Set the constructor of a DAG's initial State (the schedule floor calls this once)."""
+    INIT_STATE_FACTORY[:] = [factory]
 
 
 class ComputeDAG:
@@ -89,6 +100,20 @@ class ComputeDAG:
     @property
     def inputs(self) -> tuple:
         return tuple(t for t in self.tensors if isinstance(t.op, PlaceholderOp))
+
+    # -- schedules -----------------------------------------------------------
+    def get_init_state(self) -> Any:
+        """The initial State: one stage per op, every stage at root, no transform steps.
+
+        TVM's ``ComputeDAG.get_init_state()`` (``python/tvm/auto_scheduler/compute_dag.py``
+        in TVM); the same as ``State.from_dag(dag)``.  A new State each call.
+        """
+        return INIT_STATE_FACTORY[0](self)
+
+    @property
+    def init_state(self) -> Any:
+        """TVM's ``ComputeDAG.init_state`` attribute: ``self.get_init_state()``."""
+        return self.get_init_state()
 
     # -- text ----------------------------------------------------------------
     def __str__(self) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler_core.base.errors import ScheduleError, check
+from scheduler_core.dag.compute_dag import register_init_state
 from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, ScanOp
 from scheduler_core.ir.expr import Expr, IntImm, IterVar, as_expr, expr_str
 from scheduler_core.ir.simplify import const_value, simplify
@@ -303,3 +304,6 @@ def state_str(state) -> str:
             extra = "".join(f" {k}={v}" for k, v in prag.get(it.name, {}).items())
             lines.append(f"  for {it.name} (0,{ext}){ann}{extra}")
     return "\n".join(lines)
+
+
+register_init_state(State.from_dag)

@@ -325,3 +325,16 @@ def test_shape_dims_convert_to_python_numbers_as_in_tvm():
     A = te.placeholder((3, 5), name="A")
     assert [int(d) for d in A.shape] == [3, 5]
     assert float(te.const(2.5, "float32")) == 2.5
+
+
+def test_get_init_state_is_tvm_spelling_of_state_from_dag():
+    """``dag.get_init_state()`` and ``dag.init_state`` (TVM's names) give the State that
+    ``State.from_dag`` gives: one stage per op, at root, with no transform steps."""
+    from scheduler_core.schedule.loop_state import State
+
+    dag = ComputeDAG(matmul_add(64, 32, 16))
+    state = dag.get_init_state()
+    assert isinstance(state, State) and isinstance(dag.init_state, State)
+    assert state.dag is dag and state.transform_steps == ()
+    assert [st.op for st in state.stages] == list(dag.ops)
+    assert str(state) == str(State.from_dag(dag)) == str(dag.init_state)
