@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler_core.ir.expr import BINARY_OPS, CMP_OPS, DTYPES, INTRINSICS, REDUCERS
+from scheduler_core.ir.intrinsics import MAX_CALL_ARITY
 
 DAG_FORMAT = "autosched.compute_dag"
 DAG_VERSION = 1
@@ -68,8 +69,9 @@ EXPR_SCHEMAS: dict[str, dict] = {
     "select": _node("select", "if_then_else: only the taken branch is evaluated",
                     cond=_EXPR, true_value=_EXPR, false_value=_EXPR, dtype=_DTYPE),
     "cast": _node("cast", "conversion to dtype", value=_EXPR, dtype=_DTYPE),
-    "call": _node("call", "intrinsic of one argument", name={"enum": list(INTRINSICS)},
-                  args={"type": "array", "items": _EXPR, "minItems": 1, "maxItems": 1}, dtype=_DTYPE),
+    "call": _node("call", "intrinsic; args: as many as it takes (docs/dag_json_schema.md), of one dtype",
+                  name={"enum": list(INTRINSICS)},
+                  args={"type": "array", "items": _EXPR, "minItems": 1, "maxItems": MAX_CALL_ARITY}, dtype=_DTYPE),
     "load": _node("load", "tensor element; one integer index per dimension; dtype is the tensor's",
                   tensor=_TENSOR_REF, indices={"type": "array", "items": _EXPR}, dtype=_DTYPE),
     "reduce": _node("reduce", "reduction, only as a compute's whole body; dtype is the source's",

@@ -1,7 +1,7 @@
 """Dependencies injected into the routes, as ``Annotated`` aliases.
 
     SettingsDep -> Settings (app.state.settings)      ConnDep -> redis.Redis (one per app, lazy)
-    StoreDep -> workers.store.RedisStore(conn)        TaskDep -> the task hash of {task_id}, or 404
+    StoreDep -> workers.store.RedisStore(conn)        TaskDep -> the TaskRecord of {task_id}, or 404
     TokenAuthMiddleware: the bearer-token check of every request but OPEN_PATHS, run before
         routing, so an unauthenticated request is a 401 before its body is read or validated
     BodyLimitMiddleware: 413 (ErrorBody) for a body over Settings.max_body_bytes, declared or streamed;
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from workers.records import TaskRecord
 from workers.redis_conn import get_connection
 from workers.store import RedisStore
 
@@ -73,7 +74,7 @@ def token_ok(settings: Settings, authorization: str | None) -> bool:
         return True
     scheme, _, credentials = (authorization or "").partition(" ")
     return scheme.lower() == "bearer" and secrets.compare_digest(credentials.strip().encode(),
-                                                                 settings.api_token.encode())
+                                                                 (settings.api_token or "").encode())
 
 
 UNAUTHORIZED = "missing or wrong bearer token"
@@ -165,12 +166,12 @@ def require_token(settings: SettingsDep,
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
 
 
-def get_task(task_id: str, store: StoreDep) -> dict[str, Any]:
-    """The task hash of ``task_id``; NotFoundError (404) when there is none."""
+def get_task(task_id: str, store: StoreDep) -> TaskRecord:
+    """The record of task ``task_id``; NotFoundError (404) when there is none."""
     task = store.get_task(task_id)
     if not task:
         raise NotFoundError(f"unknown task id {task_id!r}")
     return task
 
 
-TaskDep = Annotated[dict[str, Any], Depends(get_task)]
+TaskDep = Annotated[TaskRecord, Depends(get_task)]

@@ -114,7 +114,7 @@ def validation_json(error: str, detail: list[dict] | str, path: str | None = Non
 def error_body(exc: Exception) -> dict:
     """The JSON body of the response to a library or service error (its status: :data:`STATUS`)."""
     status = next(code for cls, code in STATUS.items() if isinstance(exc, cls))
-    body = {"error": type(exc).__name__, "detail": str(exc)}
+    body: dict[str, str | None] = {"error": type(exc).__name__, "detail": str(exc)}
     if status == 422:
         body["path"] = exc.path if isinstance(exc, InvalidWorkloadError) else None
     return body
@@ -150,7 +150,8 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)  # no HEAD: FastAPI's GET routes answer HEAD with 405
 
 
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.__cause__ is not None and exc.detail == _BODY_PARSE_ERROR:
         cause = exc.__cause__
         if isinstance(cause, RecursionError):
@@ -178,7 +179,8 @@ def _issue(e: dict) -> dict:
     return issue
 
 
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
     cause = next((e["ctx"]["error"] for e in errors if isinstance((e.get("ctx") or {}).get("error"),
                                                                   SchedulerCoreError)), None)
@@ -189,9 +191,9 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers of :data:`STATUS`, the Redis-unavailable 503, the validation 422 and
     the HTTP-error bodies (deep-JSON 400 rewritten to 422) on ``app``."""
-    for cls in (SchedulerCoreError, ServiceError):
-        app.add_exception_handler(cls, _library_error)
-    for cls in (RedisConnectionError, RedisTimeoutError):
-        app.add_exception_handler(cls, _redis_unavailable)
+    for library_error in (SchedulerCoreError, ServiceError):
+        app.add_exception_handler(library_error, _library_error)
+    for redis_error in (RedisConnectionError, RedisTimeoutError):
+        app.add_exception_handler(redis_error, _redis_unavailable)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

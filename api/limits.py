@@ -32,6 +32,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from redis import Redis
 
+from scheduler_core.base.target import Target
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.ir.expr import dtype_bits
 from scheduler_core.ir.simplify import const_value
@@ -161,8 +162,9 @@ def dag_tensor_bytes(dag: ComputeDAG) -> int:
     for op in dag.ops:
         for i in range(op.num_outputs):
             extents = [const_value(e) for e in op.output_shape(i)]
-            if all(isinstance(v, int) for v in extents):
-                total += math.prod(extents) * max(1, (dtype_bits(op.output_dtype(i)) + 7) // 8)
+            ints = [v for v in extents if isinstance(v, int)]
+            if len(ints) == len(extents):
+                total += math.prod(ints) * max(1, (dtype_bits(op.output_dtype(i)) + 7) // 8)
     return total
 
 
@@ -188,7 +190,7 @@ class GpuNeedsQueue(LimitExceeded):
 def check_measure_mode(measure: str, target: str) -> None:
     """GpuNeedsQueue (422) for a cuda task measured "local": the search job runs on a tune worker,
     which need not have a GPU; GPU workers (``autosched worker --gpu N``) serve measure:cuda:<arch>."""
-    if measure != "queue" and str(target).split()[:1] == ["cuda"]:
+    if measure != "queue" and Target.parse(str(target)).is_gpu:
         raise GpuNeedsQueue(f'target {target!r} is measured by GPU workers: use "measure": "queue" and start '
                             f"`autosched worker --gpu 0` on a machine with the GPU (queue "
                             f"{measure_queue_name(target)!r})")
@@ -213,10 +215,11 @@ def admission(settings: Settings, tid: str) -> Admission:
                      max_queued_jobs=settings.max_queued_jobs)
 
 
-def refusal(err: AdmissionError, trials: int) -> LimitExceeded:
-    """The HTTP answer to a job the store refused: 409 (task trials), 429 (token's jobs), 503 (queue)."""
+def refusal(err: AdmissionError, trials: int, kind: str = "task") -> LimitExceeded:
+    """The HTTP answer to a job the store refused: 409 (trials of the task, or of the model for
+    ``kind="model"``), 429 (token's jobs), 503 (queue)."""
     if err.limit == "max_task_trials":
-        return TaskTrialBudgetExceeded(f"task {err.task_id!r} would reach {err.current + trials} trials "
+        return TaskTrialBudgetExceeded(f"{kind} {err.task_id!r} would reach {err.current + trials} trials "
                                        f"({err.current} asked so far + {trials}), over max_task_trials={err.value}")
     if err.limit == "max_active_jobs_per_token":
         return TooManyActiveJobs(f"this token has {err.current} queued or running jobs, the limit "

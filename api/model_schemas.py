@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from workers.job_state import JobState
 
 from .dag_schema import graph_schema
-from .schemas import TASK_EXAMPLE, BestPublic, Target, Timestamp, TuningOptions
+from .schemas import TASK_EXAMPLE, BestPublic, FromRecord, Target, Timestamp, TuningOptions
 
 # A valid POST /models body, the OpenAPI example: y = x + x (a tensor program) then a library
 # relu (not tuned).  Weights are never sent: the service tunes from the structure and the DAGs.
@@ -51,8 +51,8 @@ class ModelCreate(BaseModel):
     tuning: TuningOptions = Field(default_factory=TuningOptions)
 
 
-class ModelTaskRef(BaseModel):
-    """One task of a model: the graph functions with one DAG (one workload_key)."""
+class ModelTaskRef(FromRecord):
+    """One task of a model (``workers.records.ModelTaskRef``): the graph functions with one DAG."""
 
     task_id: str
     workload_key: str
@@ -67,6 +67,8 @@ class ModelCreated(BaseModel):
 
 
 class ModelTaskPublic(ModelTaskRef):
+    """A task of a model with its best so far (``workers.model_store.ModelTaskProgress``)."""
+
     best_cost_s: float | None = None  # best measured latency in seconds (None: not measured yet)
     best_gflops: float | None = None
     trials: int = 0                   # records of the task over all its jobs

@@ -12,6 +12,8 @@ live in Settings), not here.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -19,18 +21,18 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from scheduler_core.base.target import Target as _LibraryTarget
 from scheduler_core.search.tuning_options import FIELDS_BY_NAME, TUNING_FIELDS, TuningField
-from workers.job_state import JobState
+from workers.records import JobRecord, TaskRecord
 
 from .dag_schema import dag_schema
 
 
 def _check_target(target: str) -> str:
-    """The canonical text of ``target`` (``Target.parse(target).str``).
+    """The canonical text of ``target`` (``str(Target.parse(target))``).
 
     Raises InvalidTargetError (a ValueError, so a 422) with the library's message,
     which names the allowed kinds, option keys, CPU or feature names.
     """
-    return _LibraryTarget.parse(target).str
+    return str(_LibraryTarget.parse(target))
 
 
 def epoch_to_datetime(value: Any) -> Any:
@@ -63,7 +65,7 @@ class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-def _tuning_field(f: TuningField) -> tuple:
+def _tuning_field(f: TuningField) -> tuple[Any, Any]:
     """The (annotation, Field) of one tuning option, from the library's single table."""
     extra: dict = {}
     if isinstance(f.type, tuple):
@@ -79,14 +81,14 @@ def _tuning_field(f: TuningField) -> tuple:
 
 # The request form of scheduler_core's TuningOptions: same fields, defaults and bounds
 # (TUNING_FIELDS); the route turns it into the library object with TuningOptions.from_json.
+_TUNING: dict[str, Any] = {f.name: _tuning_field(f) for f in TUNING_FIELDS}
 TuningOptions = create_model(
-    "TuningOptions", __base__=_Request, __doc__="How long and how to tune (Ansor's TuningOptions).",
-    **{f.name: _tuning_field(f) for f in TUNING_FIELDS})
+    "TuningOptions", __base__=_Request, __doc__="How long and how to tune (Ansor's TuningOptions).", **_TUNING)
 
 
 # A valid POST /tasks body (B = A + A on 4 floats), the OpenAPI example: the docs' "try it out"
 # and schemathesis' examples phase create a real task with it (tests/api/test_schemathesis.py).
-TASK_EXAMPLE = {
+TASK_EXAMPLE: dict[str, Any] = {
     "dag": {"format": "autosched.compute_dag", "version": 1, "vars": [{"dtype": "int32", "name": "i"}],
             "tensors": [[0, 0], [1, 0]],
             "ops": [{"kind": "placeholder", "name": "A", "dtype": "float32", "shape": [4]},
@@ -118,37 +120,50 @@ class TaskResume(_Request):
     num_measure_trials: Trials
 
 
+TIME_FIELDS = ("created", "started", "ended", "phase_since")  # float seconds in a record, ISO 8601 in a response
+
+
+class FromRecord(BaseModel):
+    """Base of the schemas built by :func:`record_schema`: they validate a record object itself."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+def record_schema(record: type, name: str, doc: str, exclude: tuple[str, ...] = ()) -> type[FromRecord]:
+    """A response schema built from a ``workers.records`` dataclass: its fields, types and defaults,
+    without ``exclude``, each of TIME_FIELDS as a :data:`Timestamp`.  It validates a record
+    itself (``from_attributes``), so a route answers ``Schema.model_validate(store.get_job(...))``."""
+    hints = typing.get_type_hints(record)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        if f.name in exclude:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = Field(default_factory=f.default_factory)
+        else:
+            default = ...
+        fields[f.name] = (Timestamp if f.name in TIME_FIELDS else hints[f.name], default)
+    return create_model(name, __base__=FromRecord, __doc__=doc, **fields)
+
+
 class TaskCreated(BaseModel):
     task_id: str
     job_id: str
     workload_key: str
 
 
-class TaskPublic(BaseModel):
-    task_id: str
-    workload_key: str
-    target: str
-    created: Timestamp = None         # ISO 8601, UTC
-    tuning: dict[str, Any] = {}
-    latest_job_id: str | None = None
+# GET /tasks/{id}: workers.records.TaskRecord (created: ISO 8601, UTC; latest_job_id "" before a job)
+TaskPublic = record_schema(TaskRecord, "TaskPublic", "A task: one workload on one target, its tuning and latest job.",
+                           exclude=("trials_total",))
 
-
-class JobPublic(BaseModel):
-    job_id: str
-    task_id: str                      # "" for a model job (POST /models), which has model_id
-    model_id: str | None = None
-    state: JobState
-    trials_done: int = 0
-    trials_total: int = 0
-    best_cost_s: float | None = None  # best measured latency so far, in seconds
-    best_gflops: float | None = None
-    errors: dict[str, int] = {}       # MeasureErrorNo name -> count
-    created: Timestamp = None         # ISO 8601 timestamps, UTC
-    started: Timestamp = None
-    ended: Timestamp = None
-    error: str | None = None
-    phase: str = ""                   # of a running search: sketches, initial population, evolution,
-    phase_since: Timestamp = None     # building, measuring, saving; "" (and null) when none
+# GET /jobs/{id}: workers.records.JobRecord.  task_id is "" for a model job (POST /models), which has
+# model_id; best_cost_s in seconds; errors: MeasureErrorNo name -> count; timestamps ISO 8601, UTC;
+# phase of a running search: sketches, initial population, evolution, building, measuring, saving
+# ("" and null when none).
+JobPublic = record_schema(JobRecord, "JobPublic", "A search job: its state, progress, best so far and errors.",
+                          exclude=("cancel", "task_trials"))
 
 
 class RecordsPage(BaseModel):

@@ -56,7 +56,7 @@ from compiler_core import schedule_w1  # same folder
 
 import scheduler_core as sc
 from scheduler_core import te
-from scheduler_core.codegen import compile_primfunc, parallel, thread_pool
+from scheduler_core.codegen import compile_primfunc, parallel, thread_pool_ir
 
 # -- workloads ------------------------------------------------------------------------
 
@@ -134,12 +134,8 @@ WORKLOADS = {"matmul_bias_512": matmul_bias, "conv2d_1x64x56x56_3x3_bias_relu": 
 def build(workload, scheme: str):
     """A ctypes callable with its arguments bound, checked against numpy (built with ``scheme``)."""
     s, args, inputs, ref = workload()
-    old = parallel.SCHEDULE
-    parallel.SCHEDULE = scheme
-    try:
-        f = compile_primfunc(sc.lower(s, args, name=f"{workload.__name__}_{scheme}"), "llvm")
-    finally:
-        parallel.SCHEDULE = old
+    f = compile_primfunc(sc.lower(s, args, name=f"{workload.__name__}_{scheme}"), "llvm",
+                         sc.BuildConfig(parallel_schedule=scheme))
     out = np.zeros(ref.shape, np.float32)
     arrays = [*inputs, out]
     fn = f.ctypes_function
@@ -218,7 +214,7 @@ def set_autogroup_nice(pid: int | str, nice: int) -> None:
 def worker() -> None:
     """Child: build every workload with this process's configuration, then answer
     ``measure <repeat>`` lines on stdin with one JSON line ``{workload: seconds}``."""
-    runs = {name: build(wl, parallel.SCHEDULE)[0] for name, wl in WORKLOADS.items()}
+    runs = {name: build(wl, sc.BuildConfig().parallel_schedule)[0] for name, wl in WORKLOADS.items()}
     for run in runs.values():  # warm up (threads, caches)
         for _ in range(5):
             run()
@@ -366,8 +362,8 @@ def main() -> None:
             "affinity": len(os.sched_getaffinity(0)), "threads": parallel.default_num_threads(),
             "configs": {k: {"schedule": CONFIGS[k][0], "runtime": CONFIGS[k][2],
                             "GOMP_SPINCOUNT": CONFIGS[k][1] or str(parallel.SPIN_COUNT),
-                            "pool_spin_ns": {"worker": thread_pool.WORKER_SPIN_NS,
-                                             "master": thread_pool.MASTER_SPIN_NS}}
+                            "pool_spin_ns": {"worker": thread_pool_ir.WORKER_SPIN_NS,
+                                             "master": thread_pool_ir.MASTER_SPIN_NS}}
                         for k in configs},
             "loadavg_before": loadavg_before,
             "cpus_for_threads": {f"busy{b}": c for b, c in shares.items()},

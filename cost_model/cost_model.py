@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler_core.base.errors import SchedulerCoreError
-from scheduler_core.measure.record import load_records
+from scheduler_core.measure.record_file import load_records
 
 
 class CostModelError(SchedulerCoreError, ValueError):

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
 
 import numpy as np
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.lowering.lower import lower_state
 
@@ -140,34 +140,15 @@ def features_from_primfunc(func, cache_line_bytes: int = 64, is_gpu: bool = Fals
 # States, with a cache
 # ---------------------------------------------------------------------------
 
-class FeatureCache:
+class FeatureCache(BoundedCache):
     """LRU map (workload key, steps) -> feature array; arrays are shared, read-only.
 
-    capacity: the number of states kept (about 2 KB each for a matmul+bias).
+    capacity: the number of states kept (about 2 KB each for a matmul+bias).  A
+    :class:`~scheduler_core.base.bounded_cache.BoundedCache` (``get``, ``put``, ``hits``, ``misses``).
     """
 
     def __init__(self, capacity: int = 16384):
-        self.capacity = capacity
-        self._d: OrderedDict = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key):
-        v = self._d.get(key)
-        if v is None:
-            self.misses += 1
-            return None
-        self._d.move_to_end(key)
-        self.hits += 1
-        return v
-
-    def put(self, key, value) -> None:
-        self._d[key] = value
-        if len(self._d) > self.capacity:
-            self._d.popitem(last=False)
-
-    def clear(self) -> None:
-        self._d.clear()
+        super().__init__(capacity)
 
 
 _CACHE = FeatureCache()
@@ -189,12 +170,9 @@ def _cache_line_bytes(task) -> int:
     return task.hardware_params.cache_line_bytes if task is not None else 64
 
 
-GPU_TARGET_KINDS = ("cuda", "opencl", "rocm", "vulkan", "metal")
-
-
 def _is_gpu(task) -> bool:
-    """Whether ``task``'s target (a Target with ``kind``) is a GPU; False without a task."""
-    return getattr(getattr(task, "target", None), "kind", None) in GPU_TARGET_KINDS
+    """Whether ``task``'s target is a GPU (``Target.is_gpu``); False without a task."""
+    return task is not None and task.target.is_gpu
 
 
 def _extract(state, line: int, is_gpu: bool = False) -> np.ndarray:

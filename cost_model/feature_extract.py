@@ -30,6 +30,7 @@ from the last store.  Rows are raw (not log-scaled); ``feature.py`` packs them.
 
 from __future__ import annotations
 
+from scheduler_core.base.gpu_spec import GPU_LOOP_KINDS
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr import (
     BinaryOp,
@@ -40,7 +41,6 @@ from scheduler_core.ir.expr import (
     LogicalOp,
     Not,
     Select,
-    dtype_bits,
     is_float,
 )
 from scheduler_core.ir.expr_functor import walk
@@ -64,8 +64,7 @@ OP_COUNTERS = ("float_mad", "float_addsub", "float_mul", "float_divmod", "float_
                "int_divmod", "int_cmp", "int_mathfunc", "int_otherfunc", "bool_op", "select_op")
 _OP_SLOT = {"add": 1, "sub": 1, "mul": 2, "div": 3, "floordiv": 3, "floormod": 3,
             "min": 4, "max": 4, "pow": 5}
-GPU_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",
-             "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+GPU_KINDS = GPU_LOOP_KINDS  # blockIdx.x/y/z, threadIdx.x/y/z, vthread: the feature slots' order
 
 # Group 6 (not in TVM): the register, unrolling and cache-capacity view of one store.
 # Capacities of the cache-traffic estimate, bytes: about an L1d, an L2 and an L3 slice.
@@ -140,7 +139,7 @@ def _loop_extent(f: T.For) -> int:
 
 
 def _elem_bytes(dtype: str) -> int:
-    return max(1, dtype_bits(dtype) // 8)
+    return T.dtype_bytes(dtype)
 
 
 class PerStoreExtractor:

@@ -26,18 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler_core.ir.expr import (
-    BinaryOp,
-    Broadcast,
-    Cast,
-    Expr,
-    FloatImm,
-    IntImm,
-    Ramp,
-    Select,
-    Var,
-)
-from scheduler_core.ir.expr_functor import children
+from scheduler_core.arith.const_int_bound import const_int_bound
+from scheduler_core.arith.linear_form import linear_form
+from scheduler_core.ir.expr import Broadcast, Cast, Expr, FloatImm, IntImm, Ramp, Var
+from scheduler_core.ir.expr_functor import free_vars, walk
 
 _INF = float("inf")
 
@@ -86,9 +78,10 @@ def affine_form(e: Expr, var_depth: dict) -> AffineForm:
     e : Expr, an int index expression of the lowered program
     var_depth : dict, loop ``Var`` -> its depth in the loop stack (0 = outermost)
 
-    Variables that are not loop variables (symbolic shape parameters, let
-    variables) are treated as constants 0.  Never raises: a sub-expression the
-    analysis does not understand becomes one compound term.
+    The index is taken apart by ``arith.linear_form``; casts of integers and broadcasts are
+    looked through, a ``Ramp`` adds its base and a lane term.  Variables that are not loop
+    variables (symbolic shape parameters, let variables) are treated as constants 0.  Never
+    raises: a sub-expression the analysis does not understand becomes one compound term.
     """
     terms: dict = {}
     const = _collect(e, 1, terms, var_depth)
@@ -100,60 +93,37 @@ def affine_form(e: Expr, var_depth: dict) -> AffineForm:
             d = var_depth.get(key, -1)
             out.append(Term(coef, key, (d,) if d >= 0 else (), d, lanes))
         else:
-            vm = {v: var_depth[v] for v in _vars(key) if v in var_depth}
+            vm = {v: var_depth[v] for v in free_vars(key) if v in var_depth}
             out.append(Term(coef, key, tuple(sorted(set(vm.values()))), -1, lanes, vm))
     return AffineForm(int(const), out)
 
 
 def _collect(e: Expr, scale: int, terms: dict, var_depth: dict) -> int:
-    """Add ``scale * e`` into ``terms``; return its constant part."""
-    if isinstance(e, IntImm):
-        return scale * e.value
-    if isinstance(e, Var):
-        if e not in var_depth:
-            return 0
-        _add(terms, e, scale)
-        return 0
-    if isinstance(e, BinaryOp):
-        if e.op == "add":
-            return _collect(e.a, scale, terms, var_depth) + _collect(e.b, scale, terms, var_depth)
-        if e.op == "sub":
-            return _collect(e.a, scale, terms, var_depth) + _collect(e.b, -scale, terms, var_depth)
-        if e.op == "mul":
-            if isinstance(e.b, IntImm):
-                return _collect(e.a, scale * e.b.value, terms, var_depth)
-            if isinstance(e.a, IntImm):
-                return _collect(e.b, scale * e.a.value, terms, var_depth)
-    if isinstance(e, Cast) and not isinstance(e.value, FloatImm):
-        return _collect(e.value, scale, terms, var_depth)
-    if isinstance(e, Ramp):
-        c = _collect(e.base, scale, terms, var_depth)
-        stride = e.stride.value if isinstance(e.stride, IntImm) else 1
-        terms[e] = (scale * stride, e.lanes)
-        return c
-    if isinstance(e, Broadcast):
-        return _collect(e.value, scale, terms, var_depth)
-    if not any(v in var_depth for v in _vars(e)):
-        return 0  # no loop variable inside: a constant of unknown value, taken as 0
-    _add(terms, e, scale)
-    return 0
+    """Add ``scale * e`` into ``terms`` (Expr -> (coef, lanes)); return its constant part."""
+    atoms, const = linear_form(e)
+    const *= scale
+    for atom, coef in atoms.values():
+        c = scale * coef
+        if isinstance(atom, Var):
+            if atom in var_depth:
+                _add(terms, atom, c)
+        elif isinstance(atom, Cast) and not isinstance(atom.value, FloatImm):
+            const += _collect(atom.value, c, terms, var_depth)
+        elif isinstance(atom, Ramp):
+            const += _collect(atom.base, c, terms, var_depth)
+            stride = atom.stride.value if isinstance(atom.stride, IntImm) else 1
+            terms[atom] = (c * stride, atom.lanes)
+        elif isinstance(atom, Broadcast):
+            const += _collect(atom.value, c, terms, var_depth)
+        elif any(v in var_depth for v in free_vars(atom)):
+            _add(terms, atom, c)
+        # else: no loop variable inside, a constant of unknown value, taken as 0
+    return const
 
 
 def _add(terms: dict, key, coef: int) -> None:
     old = terms.get(key)
     terms[key] = (coef + (old[0] if old else 0), 0)
-
-
-def _vars(e: Expr) -> list:
-    out = []
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Var):
-            out.append(n)
-        else:
-            stack.extend(children(n))
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -163,59 +133,28 @@ def _vars(e: Expr) -> list:
 def term_range(t: Term, level: int, extents: list) -> tuple:
     """``(lo, hi)`` of ``t.key`` when loops at depth >= ``level`` run and outer ones sit at 0.
 
-    extents: the constant trip count of each loop in the stack.
+    extents: the constant trip count of each loop in the stack.  Compound keys are bounded by
+    ``arith.const_int_bound`` (a variable that is not a free loop is 0; a sub-expression it
+    cannot bound spreads over the product of the free loops inside it).
     """
     if t.lanes:
         return (0, t.lanes - 1)
     if t.var_depth >= 0:
         return (0, extents[t.var_depth] - 1) if t.var_depth >= level else (0, 0)
-    return _interval(t.key, t.var_map or {}, extents, level)
+    depth = t.var_map or {}
+    free = {v: (0, extents[d] - 1) for v, d in depth.items() if d >= level}
 
-
-def _interval(e: Expr, depth: dict, extents: list, level: int) -> tuple:
-    """A conservative integer interval of ``e`` (loop vars in [0, ext-1] if free, else 0)."""
-    if isinstance(e, IntImm):
-        return (e.value, e.value)
-    if isinstance(e, Var):
-        d = depth.get(e)
-        if d is None or d < level:
+    def unknown(e: Expr) -> tuple:
+        if isinstance(e, Var):
             return (0, 0)
-        return (0, extents[d] - 1)
-    if isinstance(e, BinaryOp):
-        a = _interval(e.a, depth, extents, level)
-        b = _interval(e.b, depth, extents, level)
-        op = e.op
-        if op == "add":
-            return (a[0] + b[0], a[1] + b[1])
-        if op == "sub":
-            return (a[0] - b[1], a[1] - b[0])
-        if op == "mul":
-            ps = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
-            return (min(ps), max(ps))
-        if op in ("floordiv", "div") and b[0] == b[1] and b[0] > 0:
-            return (a[0] // b[0], a[1] // b[0])
-        if op == "floormod" and b[0] == b[1] and b[0] > 0:
-            c = b[0]
-            if a[1] - a[0] + 1 >= c or a[0] // c != a[1] // c:
-                return (0, c - 1)
-            return (a[0] % c, a[1] % c)
-        if op == "min":
-            return (min(a[0], b[0]), min(a[1], b[1]))
-        if op == "max":
-            return (max(a[0], b[0]), max(a[1], b[1]))
-    if isinstance(e, Cast):
-        return _interval(e.value, depth, extents, level)
-    if isinstance(e, Select):
-        a = _interval(e.true_value, depth, extents, level)
-        b = _interval(e.false_value, depth, extents, level)
-        return (min(a[0], b[0]), max(a[1], b[1]))
-    # Unknown: spread over the product of the free loops inside.
-    span = 1
-    for v in _vars(e):
-        d = depth.get(v)
-        if d is not None and d >= level:
-            span *= extents[d]
-    return (0, span - 1)
+        span = 1
+        for v in walk(e):  # each use of a free loop multiplies (as the feature was defined)
+            if isinstance(v, Var) and v in free:
+                span *= free[v][1] + 1
+        return (0, span - 1)
+
+    b = const_int_bound(t.key, free, unknown)
+    return (0, 0) if b is None else tuple(b)
 
 
 def access_range(form: AffineForm, level: int, extents: list) -> tuple:

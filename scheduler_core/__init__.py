@@ -17,6 +17,7 @@ stack of floors, each importing only the floors below it (docs/architecture.md):
 """
 
 from scheduler_core import runtime, target, te, testing
+from scheduler_core.base.build_config import BuildConfig
 from scheduler_core.base.errors import (
     BuildError,
     DeviceRuntimeError,
@@ -39,13 +40,7 @@ from scheduler_core.measure.data import (
 )
 from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
-from scheduler_core.measure.record import (
-    RecordReader,
-    RecordToFile,
-    distill,
-    load_best_record,
-    load_records,
-)
+from scheduler_core.measure.record_file import RecordReader, RecordToFile, distill, load_best_record, load_records
 from scheduler_core.runtime import context, cpu, cuda, device, load_module, nd
 from scheduler_core.schedule.dataflow_step import replay_steps, step_from_record
 from scheduler_core.schedule.loop_state import Iterator, Stage, State
@@ -92,7 +87,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "te", "target", "runtime", "testing", "build", "lower", "ComputeDAG", "Task", "Target", "HardwareParams",
-    "State", "Stage", "Iterator", "Schedule", "replay_steps", "step_from_record",
+    "BuildConfig", "State", "Stage", "Iterator", "Schedule", "replay_steps", "step_from_record",
     "MeasureInput", "BuildResult", "MeasureResult", "MeasureErrorNo", "LocalBuilder", "LocalRunner",
     "RecordToFile", "RecordReader", "load_records", "load_best_record", "distill",
     "nd", "cpu", "cuda", "device", "context", "load_module",

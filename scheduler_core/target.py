@@ -6,23 +6,18 @@
 :func:`create` parses a target string exactly as :meth:`Target.parse` does (same errors,
 same canonical text) and returns a :class:`ScopedTarget`: a Target that can also be
 entered.  Inside the block :func:`current` returns it; blocks nest, and leaving a block
-restores the enclosing target.  The stack is per thread, as TVM's target scope.
+restores the enclosing target.  The stack is per thread, as TVM's target scope
+(``base.context_stack``).
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import fields
 
+from scheduler_core.base.context_stack import ContextStack
 from scheduler_core.base.target import Target
 
-_LOCAL = threading.local()
-
-
-def _stack() -> list:
-    if not hasattr(_LOCAL, "stack"):
-        _LOCAL.stack = []
-    return _LOCAL.stack
+_SCOPES: ContextStack[ScopedTarget] = ContextStack("autosched_target")
 
 
 class ScopedTarget(Target):
@@ -33,13 +28,11 @@ class ScopedTarget(Target):
     """
 
     def __enter__(self) -> ScopedTarget:
-        _stack().append(self)
+        _SCOPES.push(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        stack = _stack()
-        if stack and stack[-1] is self:
-            stack.pop()
+        _SCOPES.pop(self)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Target):
@@ -68,11 +61,9 @@ def current(allow_none: bool = True) -> ScopedTarget | None:
 
     allow_none: return None when no target is entered; False raises a ValueError instead.
     """
-    stack = _stack()
-    if stack:
-        return stack[-1]
-    if allow_none:
-        return None
+    scope = _SCOPES.current()
+    if scope is not None or allow_none:
+        return scope
     raise ValueError("no target is entered: use `with scheduler_core.target.create(\"llvm\"):`")
 
 

@@ -41,14 +41,14 @@ from scheduler_core.ir.expr import (
     select,
 )
 from scheduler_core.ir.expr_functor import walk
+from scheduler_core.ir.intrinsics import INTRINSIC_TABLE, Intrinsic
 from scheduler_core.ir.simplify import simplify
 from scheduler_core.schedule.schedule_api import Schedule
 
 __all__ = [
     "var", "size_var", "const", "placeholder", "compute", "reduce_axis", "sum", "max", "min",
     "prod", "if_then_else", "select", "floordiv", "floormod", "truncdiv", "min_value",
-    "max_value", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "fabs", "abs", "pow",
-    "erf", "floor", "ceil", "round", "all", "any", "scan", "create_schedule", "thread_axis",
+    "max_value", "abs", "pow", "all", "any", "scan", "create_schedule", "thread_axis",
     "const_matrix", "Tensor", "IterVar", "Var", "Expr",
 ]
 
@@ -258,27 +258,32 @@ def max_value(dtype: str) -> Expr:
     return IntImm(int(np.iinfo(dtype).max), dtype)
 
 
-def _intrinsic(name: str):
-    def f(x: Any) -> Expr:
-        return call(name, x)
-    f.__name__ = name
-    f.__doc__ = f"Elementwise ``{name}`` (float; integer inputs are cast to float32)."
+def _intrinsic_function(row: Intrinsic) -> Callable[..., Expr]:
+    def f(*args: Any) -> Expr:
+        return call(row.name, *args)
+    f.__name__ = f.__qualname__ = row.name
+    f.__doc__ = (f"Elementwise ``{row.name}`` of {row.arity} argument(s): {row.doc} (float; "
+                 "integer inputs are cast to float32).  Raises InvalidWorkloadError for a wrong "
+                 "number of arguments.")
     return f
 
 
-exp = _intrinsic("exp")
-log = _intrinsic("log")
-sqrt = _intrinsic("sqrt")
-rsqrt = _intrinsic("rsqrt")
-tanh = _intrinsic("tanh")
-sigmoid = _intrinsic("sigmoid")
-fabs = _intrinsic("fabs")
-erf = _intrinsic("erf")
-floor = _intrinsic("floor")
-ceil = _intrinsic("ceil")
-round = _intrinsic("round")  # noqa: A001
-exp2 = _intrinsic("exp2")
-log2 = _intrinsic("log2")
+# te.exp, te.atan2, ...: one function per row of ir/intrinsics.py (PEP 562 module attributes).
+INTRINSIC_FUNCTIONS: dict[str, Callable[..., Expr]] = {
+    row.name: _intrinsic_function(row) for row in INTRINSIC_TABLE if row.te_function}
+__all__ += list(INTRINSIC_FUNCTIONS)
+
+
+def __getattr__(name: str) -> Callable[..., Expr]:
+    """``te.<intrinsic>`` for the rows of ir/intrinsics.py (``te.exp``, ``te.atan2``, ...)."""
+    fn = INTRINSIC_FUNCTIONS.get(name)
+    if fn is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return fn
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(INTRINSIC_FUNCTIONS))
 
 
 def abs(x: Any) -> Expr:  # noqa: A001

@@ -13,7 +13,7 @@ Reading guide: ``sketch_rule`` (the rule contract), ``cpu_sketch_rules``,
 ``const_tensor_rule`` (Winograd's constant-tensor stages) and ``scan_sketch_rule``
 (the rules), ``sketch_generation`` (the derivation),
 ``init_population``, ``mutation``; ``state_queries``, ``step_history``,
-``tiling``, ``compute_location`` and ``split_factors`` are their helpers.
+``tiling``, ``compute_location``, ``split_factors`` and ``random_pick`` are their helpers.
 
 GPU targets (``cuda``): ``gpu_sketch_rules`` (shared-memory cache reads, cross-thread
 reduction, TVM's GPU rule order), InitThreadBind in ``init_population``, the GPU

@@ -47,15 +47,10 @@ from .step_history import has_cache_write_stage
 from .tiling import do_multi_level_tiling, follow_tiling
 
 
-def is_gpu_task(task) -> bool:
-    """Whether the task's target (a Target) is a GPU (``cuda``)."""
-    return task.target.kind in ("cuda", "opencl", "rocm", "vulkan", "metal")
-
-
 def tiling_structure(policy) -> str:
     """The multi-level tiling structure for the policy's target ("SSRSRS" on CPU)."""
     p = policy.params
-    return (p.gpu_multi_level_tiling_structure if is_gpu_task(policy.task)
+    return (p.gpu_multi_level_tiling_structure if policy.task.target.is_gpu
             else p.cpu_multi_level_tiling_structure)
 
 
@@ -99,7 +94,7 @@ class RuleAlwaysInline(SketchRule):
         if stage_id in scan_init_ids(state) or stage_id in scan_update_ids(state):
             return ConditionKind.SKIP
         return (ConditionKind.APPLY_AND_SKIP_REST
-                if is_gpu_task(policy.task) or is_strictly_inlineable(state, stage_id)
+                if policy.task.target.is_gpu or is_strictly_inlineable(state, stage_id)
                 else ConditionKind.SKIP)
 
     def apply(self, policy, state, stage_id):
@@ -158,7 +153,7 @@ class RuleAddCacheWrite(SketchRule):
     def meet_condition(self, policy, state, stage_id):
         if not _tileable(state, stage_id) or single_elementwise_consumer(state, stage_id) is not None:
             return ConditionKind.SKIP
-        return ConditionKind.APPLY_AND_SKIP_REST if is_gpu_task(policy.task) else ConditionKind.APPLY
+        return ConditionKind.APPLY_AND_SKIP_REST if policy.task.target.is_gpu else ConditionKind.APPLY
 
     def apply(self, policy, state, stage_id):
         try:
@@ -180,7 +175,7 @@ class RuleMultiLevelTilingWithFusion(SketchRule):
         target = single_elementwise_consumer(state, stage_id)
         if target is None or is_tiled(state.stages[target]) or target in scan_body_ids(state):
             return ConditionKind.SKIP
-        if has_cache_write_stage(state, stage_id) or is_gpu_task(policy.task):
+        if has_cache_write_stage(state, stage_id) or policy.task.target.is_gpu:
             return ConditionKind.APPLY_AND_SKIP_REST
         return ConditionKind.APPLY
 
@@ -191,7 +186,7 @@ class RuleMultiLevelTilingWithFusion(SketchRule):
             base, split_ids = do_multi_level_tiling(state, stage_id, structure)
         except ScheduleError:
             return []
-        levels = (3,) if is_gpu_task(policy.task) else (1, 2)
+        levels = (3,) if policy.task.target.is_gpu else (1, 2)
         out = []
         for level in levels:
             if structure[level - 1].upper() != "S":
@@ -226,4 +221,4 @@ class RuleMultiLevelTiling(SketchRule):
 
 __all__ = ["RuleAlwaysInline", "RuleAddRfactor", "RuleAddCacheWrite",
            "RuleMultiLevelTilingWithFusion", "RuleMultiLevelTiling", "RuleSkipStage",
-           "is_gpu_task", "tiling_structure"]
+           "tiling_structure"]

@@ -17,21 +17,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler_core.ir.bound import Interval, interval, union
-from scheduler_core.ir.expr import IntImm, TensorLoad, dtype_bits
+from scheduler_core.arith.int_set import Interval, interval, union
+from scheduler_core.base.gpu_spec import (
+    CUDA_MAX_SHARED_MEMORY_PER_BLOCK,
+    CUDA_MAX_THREADS_PER_BLOCK,
+    CUDA_MAX_VECTOR_BYTES,
+)
+from scheduler_core.ir.expr import IntImm, TensorLoad
 from scheduler_core.ir.expr_functor import walk
+from scheduler_core.ir.tir import dtype_bytes
 
 from .state_queries import derives_from
 
 # The widest single load/store VerifyGPUCode lets a GPU candidate vectorize (float4): TVM's
 # builder passes ``max_vector_bytes = hardware_params.vector_unit_bytes``, 16 for CUDA.
-MAX_VECTOR_BYTES = 16
+MAX_VECTOR_BYTES = CUDA_MAX_VECTOR_BYTES
 
 # TVM's defaults for a CUDA sm_80 device, used where HardwareParams has no such field.
 SM80_DEFAULTS = {
-    "max_threads_per_block": 1024,
+    "max_threads_per_block": CUDA_MAX_THREADS_PER_BLOCK,
     "warp_size": 32,
-    "max_shared_memory_per_block": 48 * 1024,
+    "max_shared_memory_per_block": CUDA_MAX_SHARED_MEMORY_PER_BLOCK,
     "max_local_memory_per_block": 2 ** 31 - 1,
     "max_vthread_extent": 8,
 }
@@ -146,7 +152,7 @@ def shared_memory_bytes(state) -> dict:
         if elems < 0 or prev < 0:
             out[root] = -1
         else:
-            out[root] = prev + elems * max(1, dtype_bits(st.op.output(0).dtype) // 8)
+            out[root] = prev + elems * dtype_bytes(st.op.output(0).dtype)
     return out
 
 
@@ -161,7 +167,7 @@ def vector_bytes(stage) -> int:
             lanes *= it.const_extent or 1
     if not any_vec or stage.op_type != "compute":
         return 0
-    return lanes * max(1, dtype_bits(stage.op.output(0).dtype) // 8)
+    return lanes * dtype_bytes(stage.op.output(0).dtype)
 
 
 def within_vector_limit(state) -> bool:

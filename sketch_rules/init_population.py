@@ -39,9 +39,9 @@ from scheduler_core.schedule.transform_step import (
 )
 
 from .compute_location import get_compute_location_candidates
-from .cpu_sketch_rules import is_gpu_task
 from .gpu_params import gpu_limits, within_limits
 from .gpu_sketch_rules import has_cross_thread_reduction, spatial_split_step_ids
+from .random_pick import pick
 from .split_factors import factorization_schemes
 from .state_queries import (
     attached_stages,
@@ -61,7 +61,7 @@ AUTO_UNROLL_CONFIGS_GPU = (0, 16, 64, 512, 1024)
 
 def auto_unroll_configs(policy) -> tuple:
     """The ``auto_unroll_max_step`` values to draw from for the policy's target."""
-    return AUTO_UNROLL_CONFIGS_GPU if is_gpu_task(policy.task) else AUTO_UNROLL_CONFIGS_CPU
+    return AUTO_UNROLL_CONFIGS_GPU if policy.task.target.is_gpu else AUTO_UNROLL_CONFIGS_CPU
 
 
 class PopulationGenerationRule:
@@ -74,10 +74,6 @@ class PopulationGenerationRule:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-
-def _pick(rng, seq):
-    return seq[int(rng.integers(len(seq)))]
 
 
 class InitFillTileSize(PopulationGenerationRule):
@@ -102,7 +98,7 @@ class InitFillTileSize(PopulationGenerationRule):
         if any(not isinstance(steps[k].extent, int) for k in unknown):
             return None
         chosen: dict = {}
-        if not is_gpu_task(policy.task):
+        if not policy.task.target.is_gpu:
             vbytes = policy.task.hardware_params.vector_unit_bytes
             for tile in register_tiles(state):
                 limit = tiled_vectorize_limit(policy, tile.dtype)
@@ -111,7 +107,7 @@ class InitFillTileSize(PopulationGenerationRule):
             step = steps[k]
             scheme = chosen.get(k)
             if scheme is None:
-                scheme = _pick(rng, factorization_schemes(step.extent, len(step.lengths), max_inner))
+                scheme = pick(rng, factorization_schemes(step.extent, len(step.lengths), max_inner))
             steps[k] = replace(step, lengths=tuple(int(x) for x in scheme))
         return replay_or_none(state, steps)
 
@@ -205,7 +201,7 @@ class InitUnroll(PopulationGenerationRule):
         for sid, st in enumerate(state.stages):
             if st.op_type == "placeholder" or st.compute_at == "inlined" or not has_reduce_iter(st):
                 continue
-            value = _pick(rng, configs)
+            value = pick(rng, configs)
             state = PragmaStep(sid, 0, f"auto_unroll_max_step${value}").apply(state)
         return state
 
@@ -445,7 +441,7 @@ def default_init_rules(policy=None) -> list:
     InitFillTileSize, InitThreadBind, InitUnroll; otherwise (and without a policy) the CPU
     rules InitFillTileSize, InitChangeComputeLocation, InitParallel, InitUnroll,
     InitVectorization."""
-    if policy is not None and is_gpu_task(policy.task):
+    if policy is not None and policy.task.target.is_gpu:
         return [InitFillTileSize(), InitThreadBind(), InitUnroll()]
     return [InitFillTileSize(), InitChangeComputeLocation(), InitParallel(), InitUnroll(),
             InitVectorization()]
@@ -504,14 +500,14 @@ def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries:
         return []
     max_tries = 4 * n + 64 if max_tries is None else max_tries
     patience = max(64, n)
-    gpu = is_gpu_task(policy.task)
+    gpu = policy.task.target.is_gpu
     out: list = []
     seen: set = set()
     tries = stale = 0
     while len(out) < n and tries < max_tries and stale < patience:
         tries += 1
         stale += 1
-        state = apply_init_rules(policy, _pick(rng, sketches), rng, rules)
+        state = apply_init_rules(policy, pick(rng, sketches), rng, rules)
         if state is None:
             continue
         key = step_key(state)

@@ -12,9 +12,9 @@ step history, a mutation edits the history and replays it (``replay_steps``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import replace
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import LoweringError, ScheduleError
 from scheduler_core.schedule.dataflow_step import replay_steps
 from scheduler_core.schedule.transform_step import (
@@ -27,9 +27,9 @@ from scheduler_core.schedule.transform_step import (
 )
 
 from .compute_location import get_compute_location_candidates
-from .cpu_sketch_rules import is_gpu_task
 from .gpu_params import within_limits
 from .init_population import auto_unroll_configs
+from .random_pick import pick
 from .split_factors import factors_of
 from .state_queries import attached_stages, is_tiled, needs_multi_level_tiling
 from .step_history import (
@@ -57,16 +57,11 @@ class MutationRule:
         return f"{type(self).__name__}(weight={self.weight})"
 
 
-def _pick(rng, seq):
-    return seq[int(rng.integers(len(seq)))]
-
-
-# (id(dag), first steps) -> (dag, State after those steps).  A State is a pure function of
-# its DAG and steps, so a mutant that keeps the first k steps of its parent starts from the
-# replayed prefix instead of the DAG's initial state (the dag is kept so its id is not reused).
-_PREFIX_CACHE: OrderedDict = OrderedDict()
+# (id(dag), first steps) -> State after those steps.  A State is a pure function of its DAG
+# and steps, so a mutant that keeps the first k steps of its parent starts from the replayed
+# prefix instead of the DAG's initial state (the dag is kept so its id is not reused).
 PREFIX_CACHE_SIZE = 4096
-
+_PREFIXES = BoundedCache(PREFIX_CACHE_SIZE)
 
 def replay_edited(state, steps: list, k: int):
     """``replay_or_none(state, steps)`` for ``steps`` that keep ``state``'s first ``k`` steps.
@@ -76,20 +71,13 @@ def replay_edited(state, steps: list, k: int):
     comes from a cache of replayed prefixes (Ansor replays the whole history each time).
     """
     dag = state.dag
+    key = (id(dag), tuple(steps[:k]))
     try:
-        key = (id(dag), tuple(steps[:k]))
-        hit = _PREFIX_CACHE.get(key)
+        hash(key)
     except TypeError:  # a step holding an unhashable field
         return replay_or_none(state, steps)
     try:
-        if hit is not None and hit[0] is dag:
-            _PREFIX_CACHE.move_to_end(key)
-            cur = hit[1]
-        else:
-            cur = replay_steps(dag, steps[:k])
-            _PREFIX_CACHE[key] = (dag, cur)
-            if len(_PREFIX_CACHE) > PREFIX_CACHE_SIZE:
-                _PREFIX_CACHE.popitem(last=False)
+        cur = _PREFIXES.get_or_make(key, lambda: replay_steps(dag, steps[:k]), keep=(dag,))
         for step in steps[k:]:
             cur = step.apply(cur)
         return check_compute_locations(cur)
@@ -115,7 +103,7 @@ class MutateTileSize(MutationRule):
                  and all(isinstance(x, int) for x in s.lengths) and s.lengths[-1] <= max_inner]
         if not cands:
             return None
-        k = _pick(rng, cands)
+        k = pick(rng, cands)
         step = steps[k]
         prod = 1
         for x in step.lengths:
@@ -141,7 +129,7 @@ class MutateTileSize(MutationRule):
             new[dst] *= divide
             steps[k] = replace(step, lengths=tuple(new[1:]))
             out = replay_edited(state, steps, k)
-            if out is not None and is_gpu_task(policy.task) and not within_limits(policy.task, out):
+            if out is not None and policy.task.target.is_gpu and not within_limits(policy.task, out):
                 return None
             return out
         return None
@@ -160,8 +148,8 @@ class MutateAutoUnroll(MutationRule):
                  if isinstance(s, PragmaStep) and s.pragma_type.startswith("auto_unroll_max_step")]
         if not cands:
             return None
-        k = _pick(rng, cands)
-        value = _pick(rng, auto_unroll_configs(policy))
+        k = pick(rng, cands)
+        value = pick(rng, auto_unroll_configs(policy))
         steps[k] = replace(steps[k], pragma_type=f"auto_unroll_max_step${value}")
         return replay_edited(state, steps, k)
 
@@ -187,11 +175,11 @@ class MutateComputeLocation(MutationRule):
             cands.append((k, now))
         if not cands:
             return None
-        k, now = _pick(rng, cands)
+        k, now = pick(rng, cands)
         locations = get_compute_location_candidates(state, now)
         if not locations:
             return None
-        target_now, iter_id = _pick(rng, locations)
+        target_now, iter_id = pick(rng, locations)
         target = stage_id_before(steps, k, target_now)
         if target is None:
             return None
@@ -215,7 +203,7 @@ class MutateParallel(MutationRule):
                  and steps[k - 1].stage_id == s.stage_id and steps[k - 1].iter_ids[0] == 0]
         if not cands:
             return None
-        k = _pick(rng, cands)
+        k = pick(rng, cands)
         fuse = steps[k - 1]
         sid = fuse.stage_id
         prefix = replay_edited(state, steps[:k - 1], k - 1)
@@ -269,7 +257,7 @@ def default_mutation_rules(policy=None) -> tuple:
     """Ansor's mutation rules and weights for the policy's target: on a GPU
     :data:`GPU_MUTATION_RULES` (tile size .90, auto unroll .10), otherwise (and without
     a policy) :data:`DEFAULT_MUTATION_RULES`."""
-    if policy is not None and is_gpu_task(policy.task):
+    if policy is not None and policy.task.target.is_gpu:
         return GPU_MUTATION_RULES
     return DEFAULT_MUTATION_RULES
 

@@ -36,7 +36,6 @@ from .cpu_sketch_rules import (
     RuleMultiLevelTiling,
     RuleMultiLevelTilingWithFusion,
     RuleSkipStage,
-    is_gpu_task,
 )
 from .gpu_sketch_rules import gpu_sketch_rules
 from .scan_sketch_rule import RuleScanUpdate
@@ -53,7 +52,7 @@ def default_sketch_rules(policy=None) -> list:
     CPU rules in TVM's order (RuleAlwaysInline, RuleSimplifyComputeWithConstTensor,
     RuleAddRfactor, RuleAddCacheWrite, RuleMultiLevelTilingWithFusion,
     RuleMultiLevelTiling), with the scan rule before RuleSkipStage."""
-    if policy is not None and is_gpu_task(policy.task):
+    if policy is not None and policy.task.target.is_gpu:
         return gpu_sketch_rules()
     return [RuleAlwaysInline(), RuleSimplifyComputeWithConstTensor(), RuleAddRfactor(),
             RuleAddCacheWrite(), RuleMultiLevelTilingWithFusion(), RuleMultiLevelTiling(),

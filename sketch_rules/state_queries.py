@@ -18,14 +18,12 @@ State says, so the rules must leave those placements alone.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.tensor import ComputeOp, ScanOp
 from scheduler_core.schedule.loop_state import scan_body_stages
 
-_ANALYZER_CACHE: OrderedDict = OrderedDict()
-_ANALYZER_CACHE_SIZE = 256
+_ANALYZERS = BoundedCache(256)  # ids of a state's ops -> the AccessAnalyzer (the ops are kept)
 
 
 # -- the access analysis of the state's current dataflow ----------------------
@@ -40,21 +38,18 @@ def analyzer_of(state):
     ops = tuple(st.op for st in state.stages)
     if len(ops) == len(dag.ops) and all(a is b for a, b in zip(ops, dag.ops)):
         return dag.access_analyzer
-    key = tuple(id(op) for op in ops)
-    hit = _ANALYZER_CACHE.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], ops)):
-        _ANALYZER_CACHE.move_to_end(key)
-        return hit[1]
+    return _ANALYZERS.get_or_make(tuple(id(op) for op in ops), lambda: _rebuilt_analyzer(state), keep=ops)
+
+
+def _rebuilt_analyzer(state):
+    """The AccessAnalyzer of a ComputeDAG rebuilt from ``state``'s stages."""
+    dag = state.dag
     outputs = []
     for st in state.stages:
         for t in dag.outputs:
             if st.origin_op is t.op:
                 outputs.append(st.op.output(t.value_index))
-    analyzer = ComputeDAG(list(dag.inputs) + outputs).access_analyzer
-    _ANALYZER_CACHE[key] = (ops, analyzer)
-    if len(_ANALYZER_CACHE) > _ANALYZER_CACHE_SIZE:
-        _ANALYZER_CACHE.popitem(last=False)
-    return analyzer
+    return ComputeDAG(list(dag.inputs) + outputs).access_analyzer
 
 
 def stage_of_op(state, op) -> int:

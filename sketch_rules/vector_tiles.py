@@ -21,14 +21,15 @@ MutateTileSize moves lengths as before.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import ScheduleError
 from scheduler_core.ir.expr import dtype_bits
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.transform_step import SplitStep
 
+from .random_pick import pick
 from .split_factors import factorization_schemes, factors_of
 
 VECTOR_TILE_PROB = 0.5  # share of samples whose register tile is drawn vector-friendly
@@ -38,8 +39,7 @@ MIN_VECTOR_UNIT = 4  # an axis that allows fewer power-of-two lanes than this ge
 MIN_ACCUMULATORS = 8
 TILE_TRIES = 32  # draws of the tile's other lengths before giving up on the register budget
 
-_TILES_CACHE: OrderedDict = OrderedDict()
-_TILES_CACHE_SIZE = 256
+_TILES = BoundedCache(256)  # id(state) -> its RegisterTiles (the state is kept)
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,11 @@ def register_tiles(state) -> list:
     rfactor, which needs the lengths), cached by the state's identity (InitFillTileSize
     asks once per sample of the same sketch).
     """
-    hit = _TILES_CACHE.get(id(state))
-    if hit is not None and hit[0] is state:
-        return hit[1]
+    return _TILES.get_or_make(id(state), lambda: _register_tiles(state), keep=(state,))
+
+
+def _register_tiles(state) -> list:
+    """:func:`register_tiles` without the cache."""
     pieces: dict = {}  # (stage name, innermost piece name) -> step index (a replayed
     # cache_write makes a new op: stages are matched by name, unique in a state)
     s = State.from_dag(state.dag)
@@ -101,9 +103,6 @@ def register_tiles(state) -> list:
                 fixed *= it.const_extent if it.const_extent is not None else 0
         found.append(RegisterTile(st.name, st.op.output(0).dtype, pieces[(st.name, st.iters[-1].name)],
                                   tuple(others), fixed, first > 0))
-    _TILES_CACHE[id(state)] = (state, found)
-    if len(_TILES_CACHE) > _TILES_CACHE_SIZE:
-        _TILES_CACHE.popitem(last=False)
     return found
 
 
@@ -152,7 +151,7 @@ def sample_register_tile(tile: RegisterTile, steps: list, vector_unit_bytes: int
     vschemes = [sc for sc in factorization_schemes(vstep.extent, len(vstep.lengths), max_inner) if sc[-1] in good]
     if not vschemes:
         return {}
-    vs = vschemes[int(rng.integers(len(vschemes)))]
+    vs = pick(rng, vschemes)
     out = {tile.vector_split: vs}
     if not tile.has_reduce or not tile.other_splits or tile.fixed == 0:
         return out
@@ -160,7 +159,7 @@ def sample_register_tile(tile: RegisterTile, steps: list, vector_unit_bytes: int
     budget = vector_registers(vector_unit_bytes) * 3 // 4
     options = [factorization_schemes(steps[k].extent, len(steps[k].lengths), max_inner) for k in tile.other_splits]
     for _ in range(TILE_TRIES):
-        draw = [opts[int(rng.integers(len(opts)))] for opts in options]
+        draw = [pick(rng, opts) for opts in options]
         regs = per_row
         for sc in draw:
             regs *= sc[-1]

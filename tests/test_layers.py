@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -25,7 +26,8 @@ PACKAGES = ("scheduler_core", "sketch_rules", "cost_model", "workers", "api")
 # bottom to top: (layer, module prefixes, what it holds)
 LAYERS = (
     ("base", ("scheduler_core.base",), "errors, Target, HardwareParams"),
-    ("ir", ("scheduler_core.ir",), "expressions, simplification, bounds, the loop program"),
+    ("ir", ("scheduler_core.ir",), "expressions, simplification, the loop program, statement walkers"),
+    ("arith", ("scheduler_core.arith",), "integer bounds, interval sets, linear forms, div/mod forms, LP, enumeration"),
     ("dag", ("scheduler_core.dag",), "tensors, ComputeDAG, JSON wire format, reference evaluator, Task"),
     ("schedule", ("scheduler_core.schedule",), "State/Stage/Iterator, transform steps, manual schedules"),
     ("lowering", ("scheduler_core.lowering",), "State -> loop program"),
@@ -54,6 +56,27 @@ DEFERRED = {
                                                           "when from_pytorch is used",
     ("scheduler_core/runtime/cuda_driver.py", "pycuda.driver"): "pycuda (the optional extra .[cuda]) loads only "
                                                                   "when a CUDA device is used",
+}
+# One arithmetic toolbox and one statement functor: a range analysis, a linear form, an LP or a
+# statement walker is defined only in these folders (a function or class whose name matches
+# TOOLBOX_NAME, or STMT_WALKER with "stmt" in its name or a Stmt-annotated argument; a pass's own
+# visit/mutate methods are the pass, as TVM's StmtMutator subclasses, and are not walkers).
+TOOLBOX_HOMES = ("scheduler_core/arith/", "scheduler_core/ir/")
+TOOLBOX_NAME = re.compile(
+    r"(?:^|_)(?:int_range|const_range|interval|int_set|const_int_bound|int_bound|corners|trunc_div|"
+    r"lp_max|relaxation|relaxed_range|enumerated_range|simplify_divmod|linear|linear_form|affine_form|"
+    r"canon|canon_div)(?:$|_)")
+STMT_WALKER = re.compile(r"(?:^|_)(?:stmt_exprs|map_stmt|post_order|walk|replace_stmt)(?:$|_)")
+# (file, name) -> why a name that matches is not a copy of the toolbox
+TOOLBOX_ALLOWED = {
+    ("scheduler_core/frontend/torch_handlers.py", "_linear"): "imports torch.nn.functional.linear (a dense layer)",
+    ("scheduler_core/frontend/torch_handlers.py", "_linear_module"): "imports torch.nn.Linear (a dense layer)",
+    ("scheduler_core/passes/vectorize.py", "_interval_cond"): "asks whether the lanes where a condition holds "
+                                                               "form one run; computes no range",
+    ("scheduler_core/lowering/gpu_index.py", "linear_loops"): "builds the row-major index expression of a "
+                                                              "loop nest; analyses nothing",
+    ("cost_model/index_form.py", "affine_form"): "the feature extractor's view (loop depths, lanes, coefficient "
+                                                 "groups) built on arith.linear_form and arith.const_int_bound",
 }
 # third-party packages a layer must never import (top-level package of the importer -> names)
 FORBIDDEN_THIRD_PARTY = {
@@ -163,7 +186,38 @@ def violations() -> list[str]:
                 problems.append(f"{where}: {LAYERS[mine][0]} imports up: {m} -> {imp.target} "
                                 f"({LAYERS[theirs][0]})")
     problems += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
-    return problems + lazy_name_problems(modules)
+    return problems + lazy_name_problems(modules) + toolbox_copies(modules)
+
+
+def _walks_statements(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+    """A function whose name says it walks, with "stmt" in its name or a Stmt-annotated argument."""
+    if not STMT_WALKER.search(node.name.lower()):
+        return False
+    if isinstance(node, ast.ClassDef) or "stmt" in node.name.lower():
+        return True
+    args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+    return any(a.annotation is not None and ast.unparse(a.annotation).endswith("Stmt") for a in args)
+
+
+def toolbox_copies(modules: dict) -> list[str]:
+    """Range analyses, linear forms, LPs and statement walkers defined outside TOOLBOX_HOMES."""
+    out = []
+    for path in modules.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(TOOLBOX_HOMES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if (rel, node.name) in TOOLBOX_ALLOWED:
+                continue
+            if TOOLBOX_NAME.search(node.name.lower()):
+                out.append(f"{rel}:{node.lineno}: {node.name} looks like a range analysis or linear form: "
+                           f"use scheduler_core.arith (or add it to TOOLBOX_ALLOWED with the reason)")
+            elif _walks_statements(node):
+                out.append(f"{rel}:{node.lineno}: {node.name} walks statements: use "
+                           f"scheduler_core.ir.stmt_functor (or add it to TOOLBOX_ALLOWED with the reason)")
+    return out
 
 
 def lazy_name_problems(modules: dict) -> list[str]:

@@ -10,17 +10,11 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any
 
 from . import keys
 from .job_state import ACTIVE_STATES, JobState
-
-
-def as_text(v: Any) -> str:
-    """A Redis reply (bytes or not) as text."""
-    return v.decode() if isinstance(v, bytes) else str(v)
+from .records import HashFields, JobRecord, as_text
 
 
 class ActiveJobError(Exception):
@@ -34,10 +28,9 @@ class ActiveJobError(Exception):
         self.task_id, self.job_id, self.state = task_id, job_id, state
 
 
-def new_job_fields(job_id: str, task_id: str, trials: int) -> dict:
-    return {"job_id": job_id, "task_id": task_id, "state": JobState.queued.value, "trials_done": 0,
-            "trials_total": int(trials), "best_cost_s": "", "best_gflops": "", "errors": "{}",
-            "created": repr(time.time()), "started": "", "ended": "", "error": "", "cancel": 0}
+def new_job_fields(job_id: str, task_id: str, trials: int, model_id: str | None = None) -> HashFields:
+    """The hash of a new job of ``trials`` trials, queued now (a model job: ``task_id`` "", ``model_id``)."""
+    return JobRecord.queued(job_id, task_id, trials, model_id).to_hash()
 
 
 def watch_active_job(pipe, task_id: str) -> tuple[str, str] | None:

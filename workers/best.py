@@ -14,9 +14,11 @@ import json
 from typing import Any
 
 from scheduler_core.driver.program import Program, program_from_state
-from scheduler_core.measure.record import decode_record, parse_line
+from scheduler_core.measure.record import RawRecord, parse_line
+from scheduler_core.measure.record_file import decode_record
 from scheduler_core.schedule.schedule_printer import state_to_python
 
+from .records import TaskRecord
 from .store import RedisStore
 
 
@@ -35,16 +37,18 @@ def best_program(store: RedisStore, workload_key: str, target: str) -> Program |
     return None if found is None else program_from_state(found[2], target)
 
 
-def describe_best(store: RedisStore, task: dict) -> dict[str, Any] | None:
-    """The best record of ``task`` (a task hash) as the API shows it, or None without one.
+def describe_best(store: RedisStore, task: TaskRecord) -> dict[str, Any] | None:
+    """The best record of ``task`` as the API shows it, or None without one.
 
     Keys: ``cost_s`` (seconds), ``gflops``, ``steps`` (the record's step list), ``script``
     (Python schedule code), ``lowered`` (the program in the artifact), ``record`` (decoded line).
     """
-    found = _replayed_best(store, task["workload_key"], task["target"])
+    found = _replayed_best(store, task.workload_key, task.target)
     if found is None:
         return None
     cost_s, line, state = found
-    program = program_from_state(state, task["target"])
-    return {"cost_s": cost_s, "gflops": state.dag.flop_ct / cost_s / 1e9, "steps": list(parse_line(line).steps),
+    program = program_from_state(state, task.target)
+    raw = parse_line(line)
+    steps = list(raw.steps) if isinstance(raw, RawRecord) else []
+    return {"cost_s": cost_s, "gflops": state.dag.flop_ct / cost_s / 1e9, "steps": steps,
             "script": state_to_python(state), "lowered": program.lowered, "record": json.loads(line)}

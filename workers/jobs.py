@@ -1,12 +1,16 @@
-"""RQ job functions (plain importable functions; arguments are ids and numbers).
+"""RQ job functions (plain importable functions; arguments are ids and numbers) and the one job
+pipeline they share: a task job is a model job with one task of weight 1.
 
-    tune_job(task_id, job_id, trials)
-      Redis: task hash, DAG, records --> SearchTask, LGBMModel.update(records),
-             SketchPolicy with every recorded state marked measured
-      --> SketchPolicy.tune(TuningOptions(remaining trials, [RedisRecordSink]))
-      --> records, best index, job progress in Redis (after every batch)
-      --> best record --apply_layout_rewrite + build--> artifacts (so, o, ll, asm, h)
-          and the cost-model snapshot
+    tune_job(task_id, job_id, trials)           JobPlan.of_task: one task, weight 1
+    model_tune_job(model_id, job_id, trials)    (workers.model_jobs) the model's tasks and weights
+      --run_job: one lifecycle (begin, PhaseReporter, end; a deterministic failure ends the job,
+        anything else re-raises for RQ's retry)
+      --search_job: Redis records --> one LGBMModel, every recorded state marked measured
+        --> TaskScheduler(tasks, weights).tune(remaining trials, [TaskBatchLog, RedisRecordSink])
+            (one task: its SketchPolicy with early stopping)
+        --> records, best index, job progress in Redis (after every batch)
+      --> finalize: the best record of each task --apply_layout_rewrite + build--> artifacts
+          (so, o, ll, asm, h; cuda: cu, ptx, cubin, json); a model's .tar.gz
 
 A retried or re-enqueued job (a worker killed mid-search, RQ's Retry) starts
 over from Redis: it measures only ``trials - trials_done`` more states and
@@ -19,37 +23,41 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
-from cost_model import LGBMModel
 from scheduler_core.base.errors import BuildError, SchedulerCoreError
 from scheduler_core.driver.program import ENTRY_NAME
-from scheduler_core.measure.data import MeasureErrorNo
-from scheduler_core.measure.local_builder import LocalBuilder
-from scheduler_core.measure.local_runner import LocalRunner
-from scheduler_core.search.search_policy import SketchPolicy
+from scheduler_core.runtime.cuda_module import CudaModule
 from scheduler_core.search.search_task import SearchTask
+from scheduler_core.search.task_scheduler import TaskScheduler
 from scheduler_core.search.tuning_options import TuningOptions
-from sketch_rules import SketchPolicyParams
 
 from .best import best_program
 from .job_logs import job_logging, one_line
+from .job_plan import JobPlan, load_measured, make_measurer, preload_measured, save_cost_model, trained_cost_model
 from .job_state import JobState
-from .measure_queue import NoMeasurementWorker, QueueBuilder, QueueRunner
+from .measure_queue import NoMeasurementWorker
+from .record_sink import RedisRecordSink, error_counts
+from .records import JobRecord
 from .redis_conn import current_connection
-from .store import JobCancelled, RedisRecordSink, RedisStore
+from .store import JobCancelled, RedisStore
 
 log = logging.getLogger(__name__)
 
 ARTIFACT_FORMATS = ("so", "h", "o", "ll", "asm")
 
 
-class UnknownTaskError(LookupError):
+class UnknownSubjectError(LookupError):
+    """The job names a task or model that is not in Redis (a retry would not find it either)."""
+
+
+class UnknownTaskError(UnknownSubjectError):
     """The job names a task that is not in Redis."""
 
 
 # failures that a retry would repeat: the job ends failed instead of going back to RQ
-DETERMINISTIC_ERRORS = (SchedulerCoreError, UnknownTaskError, NoMeasurementWorker)
+DETERMINISTIC_ERRORS = (SchedulerCoreError, UnknownSubjectError, NoMeasurementWorker)
 
 
 def one_line_error(err: BaseException, limit: int = 300) -> str:
@@ -58,21 +66,14 @@ def one_line_error(err: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def preload_measured(measured: list):
-    """Init-search callback marking every ``(MeasureInput, MeasureResult)`` as measured."""
-    def callback(policy) -> None:
-        for inp, res in measured:
-            policy.add_measured(inp.state, res.cost)
-    return callback
-
-
 class PhaseReporter:
     """``SketchPolicy.on_phase`` of a job: each new phase goes to the job hash (``phase``,
     ``phase_since`` in float seconds, one HSET) and to the log; a repeated phase is ignored.
     ``reporter("")`` clears it (the job ended)."""
 
-    def __init__(self, store: Any, job_id: str):
-        self.store, self.job_id, self.phase = store, job_id, None
+    def __init__(self, store: RedisStore, job_id: str):
+        self.store, self.job_id = store, job_id
+        self.phase: str | None = None
 
     def __call__(self, phase: str) -> None:
         if phase == self.phase:
@@ -92,14 +93,10 @@ class BatchLog:
         self.flop_ct, self.best, self.measured = float(flop_ct), best_cost_s, 0
 
     def __call__(self, policy: Any, inputs: list, results: list) -> None:
-        errors: dict[str, int] = {}
-        first = ""
+        errors = error_counts(results)
+        first = next((one_line(res.error_msg, 200) for res in results if res.cost is None), "")
         for res in results:
-            if res.cost is None:
-                name = MeasureErrorNo(res.error_no).name
-                errors[name] = errors.get(name, 0) + 1
-                first = first or one_line(res.error_msg, 200)
-            elif self.best is None or res.cost < self.best:
+            if res.cost is not None and (self.best is None or res.cost < self.best):
                 self.best = res.cost
         self.measured += len(results)
         n_err = sum(errors.values())
@@ -117,6 +114,25 @@ class BatchLog:
             kinds = ", ".join(f"{k} x{v}" for k, v in sorted(errors.items()))
             log.warning("%d of %d measurements failed: %s; first: %s", n_err, len(results), kinds,
                         first or "(no message)")
+
+
+class TaskBatchLog:
+    """Measure callback of a job: one :class:`BatchLog` per task (the best so far is that task's,
+    starting from its stored best)."""
+
+    def __init__(self, store: RedisStore, target: str) -> None:
+        self.store, self.target = store, target
+        self.logs: dict[str, BatchLog] = {}
+
+    def __call__(self, policy: Any, inputs: list, results: list) -> None:
+        if not inputs:
+            return
+        task = inputs[0].task
+        wk = str(task.workload_key)
+        if wk not in self.logs:
+            best = self.store.best_record(wk, self.target)
+            self.logs[wk] = BatchLog(task.compute_dag.flop_ct, best[0] if best else None)
+        self.logs[wk](policy, inputs, results)
 
 
 def tune_job(task_id: str, job_id: str, num_measure_trials: int) -> dict:
@@ -143,19 +159,61 @@ def tune_job(task_id: str, job_id: str, num_measure_trials: int) -> dict:
     (workers.job_logs) besides the worker's log file.
     """
     store = RedisStore(current_connection())
+
+    def plan() -> JobPlan:
+        meta = store.get_task(task_id)
+        if meta is None:
+            raise UnknownTaskError(f"unknown task {task_id!r}")
+        task = store.load_task(meta)
+        search_task = SearchTask(compute_dag=task.compute_dag, workload_key=task.workload_key, target=task.target)
+        return JobPlan.of_task(search_task, task_id, meta.tuning)
+
+    return run_job(store, job_id, f"task {task_id}", int(num_measure_trials), plan,
+                   lambda p: finalize_task(store, p.task_ids[0], str(p.tasks[0].workload_key), p.target))
+
+
+def run_job(store: RedisStore, job_id: str, subject: str, trials: int, plan: Callable[[], JobPlan],
+            finalize: Callable[[JobPlan], None]) -> dict:
+    """The one lifecycle of a tune or model job, its log records going to ``keys.job_log(job_id)``.
+
+    ``plan()`` reads what the job searches (UnknownSubjectError when it is gone); :func:`search_job`
+    searches it; ``finalize(plan)`` writes the artifacts.  Returns :func:`end_job`'s summary.  A
+    DETERMINISTIC_ERRORS failure ends the job ``failed``; anything else marks it failed and
+    re-raises, so that RQ retries it (the retry continues from the records).  Raises KeyError
+    for an unknown job.
+    """
     job = store.get_job(job_id)
     if job is None:
         raise KeyError(f"unknown job {job_id!r}")
     with job_logging(store.conn, job_id):
-        return _run_tune_job(store, task_id, job_id, int(num_measure_trials), job)
+        phase = begin_job(store, job_id, subject, trials, job)
+        if phase is None:
+            return end_job(store, job_id, JobState.cancelled)
+        try:
+            the_plan = plan()
+            state = search_job(store, the_plan, job_id, trials, phase)
+            phase("saving")
+            finalize(the_plan)
+        except BaseException as err:
+            error = one_line_error(err)
+            if isinstance(err, DETERMINISTIC_ERRORS):
+                log.error("job %s failed: %s", job_id, error, exc_info=err)
+                return end_job(store, job_id, JobState.failed, error)
+            log.error("job %s failed: %s; RQ retries it when retries are left (it continues from its records)",
+                      job_id, error, exc_info=err)
+            store.update_job(job_id, phase="", phase_since="")
+            store.set_job_state(job_id, JobState.failed, error)
+            raise
+        return end_job(store, job_id, state)
 
 
 def _summary(store: RedisStore, job_id: str, state: JobState) -> dict:
-    job = store.get_job(job_id) or {}
-    return {"state": state.value, "trials_done": job.get("trials_done", 0), "best_cost_s": job.get("best_cost_s")}
+    job = store.get_job(job_id)
+    return {"state": state.value, "trials_done": job.trials_done if job else 0,
+            "best_cost_s": job.best_cost_s if job else None}
 
 
-def end_job(store: Any, job_id: str, state: JobState, error: str = "") -> dict:
+def end_job(store: RedisStore, job_id: str, state: JobState, error: str = "") -> dict:
     """Clear the job's phase, set its ended ``state`` (with ``error``), log the end; the summary."""
     store.update_job(job_id, phase="", phase_since="")
     store.set_job_state(job_id, state, error)
@@ -166,84 +224,54 @@ def end_job(store: Any, job_id: str, state: JobState, error: str = "") -> dict:
     return summary
 
 
-def begin_job(store: Any, job_id: str, subject: str, trials: int, job: dict) -> PhaseReporter | None:
+def begin_job(store: RedisStore, job_id: str, subject: str, trials: int, job: JobRecord) -> PhaseReporter | None:
     """Start a tune or model job: log its start (and a resumption), clear its phase, mark it
     running; its PhaseReporter.  None when it was cancelled before it started (not marked)."""
-    if job["cancel"]:
+    if job.cancel:
         log.info("job %s cancelled before it started", job_id)
         return None
-    log.info("job %s started: %s, %d trials (%d done before)", job_id, subject, trials, job["trials_done"])
-    if job["trials_done"]:
+    log.info("job %s started: %s, %d trials (%d done before)", job_id, subject, trials, job.trials_done)
+    if job.trials_done:
         log.warning("job %s resumed after an interruption: %d of %d trials already measured", job_id,
-                    job["trials_done"], trials)
+                    job.trials_done, trials)
     store.update_job(job_id, phase="", phase_since="")
     store.set_job_state(job_id, JobState.running)
     return PhaseReporter(store, job_id)
 
 
-def _run_tune_job(store: RedisStore, task_id: str, job_id: str, trials: int, job: dict) -> dict:
-    phase = begin_job(store, job_id, f"task {task_id}", trials, job)
-    if phase is None:
-        return end_job(store, job_id, JobState.cancelled)
-    try:
-        meta = store.get_task(task_id)
-        if meta is None:
-            raise UnknownTaskError(f"unknown task {task_id!r}")
-        state = _search(store, meta, job_id, trials, phase)
-        phase("saving")
-        finalize_task(store, meta)
-    except BaseException as err:
-        error = one_line_error(err)
-        if isinstance(err, DETERMINISTIC_ERRORS):
-            log.error("job %s failed: %s", job_id, error, exc_info=err)
-            return end_job(store, job_id, JobState.failed, error)
-        log.error("job %s failed: %s; RQ retries it when retries are left (it continues from its records)",
-                  job_id, error, exc_info=err)
-        store.update_job(job_id, phase="", phase_since="")
-        store.set_job_state(job_id, JobState.failed, error)
-        raise
-    return end_job(store, job_id, state)
+def search_job(store: RedisStore, plan: JobPlan, job_id: str, trials: int, on_phase: Any = None) -> JobState:
+    """Search the plan's tasks for what is left of ``trials``; JobState.finished or JobState.cancelled.
 
-
-def _search(store: RedisStore, meta: dict, job_id: str, trials: int, on_phase: Any = None) -> JobState:
-    """Run the search; JobState.finished or JobState.cancelled.  ``on_phase``: SketchPolicy.on_phase."""
-    options = TuningOptions.from_json(meta["tuning"])
-    task_data = store.load_task(meta)
-    wk, target, dag = task_data.workload_key, str(task_data.target), task_data.compute_dag
-    task = SearchTask(compute_dag=dag, workload_key=wk, target=task_data.target)
-    measured = store.load_measured(wk, target, {wk: dag})
-    best = store.best_record(wk, target)
-    if best is not None and store.get_job(job_id)["best_cost_s"] is None:
-        store.update_job(job_id, best_cost_s=repr(best[0]), best_gflops=repr(dag.flop_ct / best[0] / 1e9))
-    remaining = trials - store.get_job(job_id)["trials_done"]
+    ``on_phase``: SketchPolicy.on_phase (the job's PhaseReporter).
+    """
+    options = TuningOptions.from_json(dict(plan.tuning))
+    sink = RedisRecordSink(store, plan.tasks, job_id, plan.weights,
+                           plan.ids_by_workload if plan.per_task_trials else None)
+    sink.publish_best()  # the tasks' best so far, before this job measures anything
+    job = store.get_job(job_id)
+    remaining = trials - (job.trials_done if job else 0)
     if remaining <= 0:
         log.info("no trials left to measure (%d of %d done)", trials - remaining, trials)
         return JobState.finished
-    log.info("search on %s: %d trials to measure, %d per round, %d states recorded before, measure=%s",
-             target, remaining, options.num_measures_per_round, len(measured), options.measure)
-    model = LGBMModel(seed=options.seed)
-    if measured:
-        model.update([m[0] for m in measured], [m[1] for m in measured])
-    params = SketchPolicyParams(population=options.population, num_iters=options.num_iters)
-    policy = SketchPolicy(task, model, params=params, seed=options.seed + len(measured),
-                          verbose=0, init_search_callbacks=[preload_measured(measured)])
-    policy.on_phase = on_phase
-    if options.measure == "queue":  # measurement workers attached to the device's queue
-        builder: Any = QueueBuilder()
-        runner: Any = QueueRunner(store.conn, meta["task_id"], target, timeout_s=options.timeout_s,
-                                  cancelled=lambda: store.cancel_requested(job_id), job_id=job_id,
-                                  min_repeat_ms=options.min_repeat_ms, repeat=options.repeat)
-    else:
-        builder = LocalBuilder(timeout_s=options.timeout_s)
-        runner = LocalRunner(timeout_s=options.timeout_s, min_repeat_ms=options.min_repeat_ms,
-                             repeat=options.repeat)
-    # verbose 0: the search's progress lines would go to the worker's stdout; BatchLog logs them
-    run_options = TuningOptions.from_json({**options.to_json(), "num_measure_trials": remaining, "verbose": 0},
-                                          builder=builder, runner=runner,
-                                          measure_callbacks=[BatchLog(dag.flop_ct, best[0] if best else None),
-                                                             RedisRecordSink(store, task, job_id)])
+    measured = load_measured(store, plan)
+    n_measured = sum(len(records) for records in measured.values())
+    log.info("search on %s: %d task(s), %d trials to measure, %d per round, %d states recorded before, "
+             "measure=%s", plan.target, len(plan.tasks), remaining, options.num_measures_per_round, n_measured,
+             options.measure)
+    model = trained_cost_model(measured, options.seed)
+    builder, runner = make_measurer(store, plan, options, job_id)
+    # verbose 0: the search's progress lines would go to the worker's stdout; TaskBatchLog logs them.
+    # A resumed search does not repeat its random choices: the scheduler's picks and a lone task's
+    # policy are reseeded by the states recorded before; a model's policies keep seed + task index.
+    seed = options.seed + (n_measured if len(plan.tasks) == 1 else 0)
+    run_options = TuningOptions.from_json(
+        {**options.to_json(), "num_measure_trials": remaining, "verbose": 0, "seed": seed},
+        builder=builder, runner=runner, measure_callbacks=[TaskBatchLog(store, plan.target), sink])
+    scheduler = TaskScheduler(plan.tasks, plan.weights, strategy="gradient", seed=options.seed + n_measured)
     try:
-        policy.tune(run_options)
+        # one cost model for every task, as Ansor's task scheduler shares its XGBModel
+        scheduler.tune(run_options, cost_model_factory=lambda: model, on_phase=on_phase,
+                       init_search_callbacks=[preload_measured(measured)])
         return JobState.finished
     except JobCancelled:
         log.info("cancel requested: the search stopped after its current batch")
@@ -253,27 +281,18 @@ def _search(store: RedisStore, meta: dict, job_id: str, trials: int, on_phase: A
         runner.close()
         if on_phase is not None:
             on_phase("saving")
-        _save_model(store, model, wk, target)
+        save_cost_model(store, model, plan)
 
 
-def _save_model(store: RedisStore, model: Any, wk: str, target: str) -> None:
-    with tempfile.TemporaryDirectory(prefix="autosched_model_") as tmp:
-        path = os.path.join(tmp, "model.json")
-        model.save(path)
-        with open(path, "rb") as f:
-            store.save_model(wk, target, f.read())
-
-
-def finalize_task(store: RedisStore, meta: dict) -> None:
+def finalize_task(store: RedisStore, task_id: str, workload_key: str, target: str) -> None:
     """Store the best program's artifacts under the task: so, h, o, ll, asm for a CPU target;
     cu, ptx, cubin, json (the launch description) for cuda."""
-    program = best_program(store, meta["workload_key"], meta["target"])
+    program = best_program(store, workload_key, target)
     if program is None:
-        log.warning("task %s: no successful measurement, so no artifact", meta["task_id"])
+        log.warning("task %s: no successful measurement, so no artifact", task_id)
         return
     module = program.build()
-    task_id = meta["task_id"]
-    if module.type_key == "cuda_host":  # a cuda program: CUDA C, PTX, cubin, launch description
+    if isinstance(module, CudaModule):  # a cuda program: CUDA C, PTX, cubin, launch description
         device = module.imported_modules[0]
         store.save_artifact(task_id, "cu", device.get_source().encode())
         store.save_artifact(task_id, "json", device.launch_json().encode())
@@ -294,11 +313,6 @@ def finalize_task(store: RedisStore, meta: dict) -> None:
     store.save_artifact(task_id, "o", module.object_code())
     store.save_artifact(task_id, "ll", module.get_source("ll").encode())
     store.save_artifact(task_id, "asm", module.get_source("asm").encode())
+    best = store.best_record(workload_key, target)
     log.info("artifacts of task %s written: %s (best %.4g ms)", task_id, ", ".join(ARTIFACT_FORMATS),
-             program_cost_ms(store, meta))
-
-
-def program_cost_ms(store: RedisStore, meta: dict) -> float:
-    """The task's best measured latency in milliseconds (nan when it has none)."""
-    best = store.best_record(meta["workload_key"], meta["target"])
-    return float("nan") if best is None else best[0] * 1e3
+             float("nan") if best is None else best[0] * 1e3)

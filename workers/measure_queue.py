@@ -28,8 +28,7 @@ from scheduler_core.measure.data import (
     MeasureInput,
     MeasureResult,
 )
-from scheduler_core.measure.local_builder import LocalBuilder
-from scheduler_core.measure.local_runner import LocalRunner
+from scheduler_core.measure.local_runner import local_measurer
 from scheduler_core.schedule.dataflow_step import replay_steps
 
 from .queues import listening_workers, measure_queue_name, requeue_job, worker_alive
@@ -49,9 +48,7 @@ def _local_pair(timeout_s: float, min_repeat_ms: float, repeat: int):
         for _builder, runner in _LOCAL.values():
             runner.close()
         _LOCAL.clear()
-        _LOCAL[key] = (LocalBuilder(timeout_s=timeout_s),
-                       LocalRunner(timeout_s=timeout_s, check_correctness=True, min_repeat_ms=min_repeat_ms,
-                                   repeat=repeat))
+        _LOCAL[key] = local_measurer(timeout_s, min_repeat_ms, repeat, check_correctness=True)
     return _LOCAL[key]
 
 
@@ -60,8 +57,8 @@ def measure_job(task_id: str, batch: list, timeout_s: float = 10.0, min_repeat_m
     """Build and time the states given by ``batch`` (lists of step records) for a task.
 
     Runs on a measurement worker, timing as the search's own LocalRunner does (``min_repeat_ms``,
-    ``repeat``: the task's tuning options).  Returns one dict per state:
-    ``{"costs": [seconds...], "error_no", "error_msg", "all_cost", "timestamp"}``.
+    ``repeat``: the task's tuning options).  Returns one ``MeasureResult.to_json()`` per state
+    (``{"costs": [seconds...], "error_no", "error_msg", "all_cost", "timestamp"}``).
     Outputs are checked against the numpy reference (WRONG_ANSWER on mismatch).
     """
     store = RedisStore(current_connection())
@@ -72,8 +69,7 @@ def measure_job(task_id: str, batch: list, timeout_s: float = 10.0, min_repeat_m
     inputs = [MeasureInput(task, replay_steps(task.compute_dag, steps)) for steps in batch]
     builder, runner = _local_pair(timeout_s, min_repeat_ms, repeat)
     results = runner.run(inputs, builder.build(inputs))
-    return [{"costs": list(r.costs), "error_no": int(r.error_no), "error_msg": r.error_msg,
-             "all_cost": r.all_cost, "timestamp": r.timestamp} for r in results]
+    return [r.to_json() for r in results]
 
 
 class QueueBuilder:
@@ -141,8 +137,7 @@ class QueueRunner:
             job = Job.fetch(job.id, connection=self.conn, serializer=JSONSerializer)
             status = job.get_status(refresh=True)
             if status == "finished":
-                return [MeasureResult(tuple(r["costs"]) or (FAILED_COST_S,), r["error_no"], r["error_msg"],
-                                      r["all_cost"], r["timestamp"]) for r in job.return_value()]
+                return [MeasureResult.from_json(r) for r in job.return_value() or ()]
             if status in ("failed", "canceled", "stopped") and not job.retries_left:
                 break
             if self.cancelled():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 from rq import Queue
@@ -141,7 +142,7 @@ def rebuild_record_errors(conn: redis.Redis) -> dict[str, int]:
     """Recount ``keys.record_errors`` from every stored record (for records stored before the
     counter existed); returns the new ``{error_no as text: records}``.  Reads every record:
     run it once, with no job running (a record stored meanwhile may be counted twice or not)."""
-    counts: dict[str, int] = {}
+    counts: dict[Any, int] = {}  # error_no as text -> records (Any: redis' hset takes any key type)
     for key in _scan(conn)["records"]:
         for lo in range(0, int(conn.llen(key)), _SCAN_COUNT):
             for line in conn.lrange(key, lo, lo + _SCAN_COUNT - 1):

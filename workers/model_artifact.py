@@ -33,6 +33,7 @@ from pathlib import Path
 
 from scheduler_core.base.c_names import c_identifiers
 from scheduler_core.base.errors import BuildError
+from scheduler_core.base.target import Target
 from scheduler_core.dag.tensor import PlaceholderOp
 from scheduler_core.driver.program import program_from_state
 from scheduler_core.graph.ir import Graph
@@ -100,7 +101,7 @@ def build_model_artifact(graph: Graph, target: str, entries: list[EntrySchedule]
     task.  Raises BuildError for a cuda target (its kernels are served per task), a schedule
     that does not lower or build, or a failed link; InvalidTargetError for a bad target.
     """
-    if str(target).split()[:1] == ["cuda"]:
+    if Target.parse(str(target)).is_gpu:
         raise BuildError("a whole-model shared library is built for CPU targets only; a cuda model's "
                          "kernels are served per task (GET /tasks/{id}/artifact)")
     symbols = entry_symbols(entries)

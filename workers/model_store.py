@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
-from rq import Retry
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.dag.compute_dag import ComputeDAG
@@ -33,18 +32,14 @@ from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
 from .admission import (
-    ActiveJobError,
     Admission,
     AdmissionError,
     admit,
     new_job_fields,
-    watch_active_job,
     watch_admission,
 )
-from .queues import DEFAULT_JOB_TIMEOUT_S, DEFAULT_RETRIES, tune_queue
-from .store import RedisStore, canonical_target
-
-MODEL_JOB_FUNC = "workers.model_jobs.model_tune_job"
+from .records import ModelRecord, ModelTaskRef, as_text
+from .store import RedisStore, canonical_target, stage_task, watch_task
 
 
 @dataclass(frozen=True)
@@ -60,6 +55,23 @@ class ModelTask:
     dag: ComputeDAG
     functions: tuple
     weight: int
+
+
+@dataclass(frozen=True)
+class ModelTaskProgress:
+    """A task of a model with its best so far: ``best_cost_s`` (seconds, None before a successful
+    measurement) and ``best_gflops``; ``trials``: records of the task over all its jobs;
+    ``job_trials``: measured by one model job; ``flop_ct``: floating-point operations of one call."""
+
+    task_id: str
+    workload_key: str
+    functions: tuple[str, ...]
+    weight: int
+    best_cost_s: float | None
+    best_gflops: float | None
+    trials: int
+    job_trials: int
+    flop_ct: float
 
 
 def model_tasks(graph: Graph) -> list[ModelTask]:
@@ -85,22 +97,19 @@ def graph_digest(graph: Graph) -> str:
     return hashlib.sha256(json.dumps(graph.to_json(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class ModelStore(RedisStore):
     """:class:`RedisStore` plus whole models (see the module docstring and :mod:`workers.keys`)."""
 
     def create_model_with_job(self, graph: Graph, target: str, tuning: TuningOptions | dict | None,
-                              trials: int, admission: Admission | None = None) -> tuple[str, list[dict], str]:
+                              trials: int, admission: Admission | None = None
+                              ) -> tuple[str, tuple[ModelTaskRef, ...], str]:
         """Store ``graph`` as a model on ``target`` with a new queued job of ``trials`` trials.
 
-        Returns ``(model_id, tasks, job_id)``; each task is ``{task_id, workload_key, functions,
-        weight}``.  Raises ActiveJobError when one of its tasks has an active job, AdmissionError
-        over a limit of ``admission`` (``max_task_trials`` bounds the model's trials over all its
-        jobs), InvalidWorkloadError for a graph without a tensor program; nothing is written then.
-        The caller enqueues the job (:func:`enqueue_model_tune`).
+        Returns ``(model_id, tasks, job_id)``.  Raises ActiveJobError when one of its tasks has an
+        active job, AdmissionError over a limit of ``admission`` (``max_task_trials`` bounds the
+        model's trials over all its jobs), InvalidWorkloadError for a graph without a tensor program;
+        nothing is written then.
+        The caller enqueues the job (``workers.queues.enqueue_model_tune``).
         """
         if not isinstance(tuning, TuningOptions):
             tuning = TuningOptions.from_json(dict(tuning or {}))
@@ -114,104 +123,65 @@ class ModelStore(RedisStore):
                 try:
                     p.watch(index)
                     existing = p.get(index)
-                    model_id = _s(existing) if existing is not None else uuid.uuid4().hex
+                    model_id = as_text(existing) if existing is not None else uuid.uuid4().hex
                     p.watch(keys.model_meta(model_id))
-                    ids, complete = [], []
-                    for t in tasks:
-                        tindex = keys.task_for_workload(t.workload_key, target)
-                        p.watch(tindex)
-                        found = p.get(tindex)
-                        task_id = _s(found) if found is not None else uuid.uuid4().hex
-                        p.watch(keys.task(task_id))
-                        if found is not None:
-                            active = watch_active_job(p, task_id)
-                            if active is not None:
-                                raise ActiveJobError(task_id, *active)
-                        ids.append((task_id, found is None))
-                        complete.append(found is not None and p.hexists(keys.task(task_id), "workload_key"))
+                    watched = [watch_task(p, t.workload_key, target, job_wanted=True) for t in tasks]
                     stale: tuple[list[str], list[str]] = ([], [])
                     if admission is not None:
                         asked = int(p.hget(keys.model_meta(model_id), "trials_total") or 0)
                         if admission.max_task_trials is not None and asked + trials > admission.max_task_trials:
                             raise AdmissionError("max_task_trials", admission.max_task_trials, asked, model_id)
                         stale = watch_admission(p, replace(admission, max_task_trials=None), model_id, False, trials)
-                    now = repr(time.time())
-                    public = [{"task_id": tid, "workload_key": t.workload_key, "functions": list(t.functions),
-                               "weight": t.weight} for (tid, _), t in zip(ids, tasks)]
+                    now_s = time.time()
+                    refs = tuple(ModelTaskRef(w.task_id, t.workload_key, tuple(t.functions), t.weight)
+                                 for w, t in zip(watched, tasks))
                     p.multi()
-                    for (task_id, new_index), done, t in zip(ids, complete, tasks):
-                        p.setnx(keys.dag(t.workload_key), t.dag.to_json())
-                        if new_index:
-                            p.set(keys.task_for_workload(t.workload_key, target), task_id)
-                        fields: dict[Any, Any] = {"tuning": tuning_text, "latest_job_id": job_id}
-                        if not done:
-                            fields.update(task_id=task_id, workload_key=t.workload_key, target=target, created=now)
-                            p.zadd(keys.tasks_by_created(), {task_id: float(now)})  # workers.task_index
-                        p.hset(keys.task(task_id), mapping=fields)
+                    for w, t in zip(watched, tasks):
+                        stage_task(p, w, t.workload_key, target, t.dag.to_json(), tuning_text, job_id, now_s)
                     p.set(keys.model_graph(model_id), graph_text)
                     meta: dict[Any, Any] = {"model_id": model_id, "target": target, "tuning": tuning_text,
-                            "tasks": json.dumps(public), "latest_job_id": job_id}
+                            "tasks": json.dumps([r.to_json() for r in refs]), "latest_job_id": job_id}
                     if existing is None:
-                        meta["created"] = now
+                        meta["created"] = repr(now_s)
                         p.set(index, model_id)
                     p.hset(keys.model_meta(model_id), mapping=meta)
                     p.hincrby(keys.model_meta(model_id), "trials_total", trials)
-                    p.hset(keys.job(job_id), mapping={**new_job_fields(job_id, "", trials), "model_id": model_id})
+                    p.hset(keys.job(job_id), mapping=new_job_fields(job_id, "", trials, model_id))
                     admit(p, admission, job_id, stale)
                     p.execute()
-                    return model_id, public, job_id
+                    return model_id, refs, job_id
                 except redis.WatchError:
                     continue
 
-    def get_model(self, model_id: str) -> dict | None:
-        """The model hash with ``tasks`` and ``tuning`` decoded, or None for an unknown id."""
-        h: dict[str, Any] = {_s(k): _s(v) for k, v in self.conn.hgetall(keys.model_meta(model_id)).items()}
-        if not h.get("target"):
-            return None
-        h["tasks"] = json.loads(h.get("tasks") or "[]")
-        h["tuning"] = json.loads(h.get("tuning") or "{}")
-        h["created"] = float(h.get("created") or 0.0)
-        h["trials_total"] = int(h.get("trials_total") or 0)
-        return h
+    def get_model(self, model_id: str) -> ModelRecord | None:
+        """The model's record, or None for an unknown id."""
+        return ModelRecord.from_hash(self.conn.hgetall(keys.model_meta(model_id)))
 
     def load_graph(self, model_id: str) -> Graph:
         """The stored graph of a model; KeyError when none is stored."""
         text = self.conn.get(keys.model_graph(model_id))
         if text is None:
             raise KeyError(f"no graph stored for model {model_id!r}")
-        return Graph.from_json(_s(text))
+        return Graph.from_json(as_text(text))
 
-    def task_progress(self, job_id: str, task_ids: list[str]) -> dict[str, int]:
-        """``{task_id: trials this model job measured for it}``."""
-        values = self.conn.hmget(keys.job(job_id), [f"trials_done:{t}" for t in task_ids]) if task_ids else []
-        return {t: int(v or 0) for t, v in zip(task_ids, values)}
-
-    def add_task_trials(self, job_id: str, task_id: str, n: int, pipeline=None):
-        """HINCRBY the model job's ``trials_done:<task_id>`` by ``n``."""
-        return (pipeline or self.conn).hincrby(keys.job(job_id), f"trials_done:{task_id}", int(n))
-
-    def describe_tasks(self, meta: dict, job_id: str | None = None) -> tuple[list[dict], float | None]:
-        """Each task of a model (hash from :meth:`get_model`) with its best so far, and the total.
-
-        Per task: task_id, workload_key, functions, weight, ``best_cost_s`` (seconds, None
-        before a successful measurement), ``best_gflops``, ``trials`` (records of the task over
-        all its jobs), ``job_trials`` (measured by ``job_id``, default the model's latest job) and
-        ``flop_ct`` (floating-point operations of one call).
-        The total is the weighted sum of the best latencies in seconds (None while a task has none).
-        """
-        job_id = job_id or meta.get("latest_job_id") or ""
-        tasks = meta["tasks"]
-        done = self.task_progress(job_id, [t["task_id"] for t in tasks]) if job_id else {}
-        out: list[dict] = []
+    def describe_tasks(self, meta: ModelRecord,
+                       job_id: str | None = None) -> tuple[list[ModelTaskProgress], float | None]:
+        """Each task of a model with its best so far (``job_trials``: measured by ``job_id``, default
+        the model's latest job), and the weighted sum of the best latencies in seconds (None while a
+        task has none)."""
+        job_id = job_id or meta.latest_job_id
+        done = self.task_progress(job_id, [t.task_id for t in meta.tasks]) if job_id else {}
+        out: list[ModelTaskProgress] = []
         total: float | None = 0.0
-        for t in tasks:
-            best = self.best_record(t["workload_key"], meta["target"])
+        for t in meta.tasks:
+            best = self.best_record(t.workload_key, meta.target)
             cost = best[0] if best else None
-            flop = self.load_dag(t["workload_key"]).flop_ct
-            out.append({**t, "best_cost_s": cost, "best_gflops": flop / cost / 1e9 if cost else None,
-                        "trials": self.count_records(t["workload_key"], meta["target"]),
-                        "job_trials": done.get(t["task_id"], 0), "flop_ct": flop})
-            total = total + t["weight"] * cost if (cost is not None and total is not None) else None
+            flop = self.load_dag(t.workload_key).flop_ct
+            out.append(ModelTaskProgress(t.task_id, t.workload_key, t.functions, t.weight, cost,
+                                         flop / cost / 1e9 if cost else None,
+                                         self.count_records(t.workload_key, meta.target),
+                                         done.get(t.task_id, 0), flop))
+            total = total + t.weight * cost if (cost is not None and total is not None) else None
         return out, total
 
     def save_model_artifact(self, model_id: str, data: bytes) -> None:
@@ -220,17 +190,3 @@ class ModelStore(RedisStore):
     def load_model_artifact(self, model_id: str) -> bytes | None:
         data = self.conn.get(keys.model_artifact(model_id))
         return data.encode() if isinstance(data, str) else data
-
-
-def enqueue_model_tune(conn: redis.Redis, model_id: str, job_id: str, trials: int,
-                       job_timeout_s: int | None = None, retries: int = DEFAULT_RETRIES):
-    """Enqueue ``model_tune_job(model_id, job_id, trials)`` on the ``tune`` queue; the rq.Job.
-
-    As ``enqueue_tune``: the RQ job id is ``job_id``; a retry (or a job requeued after its
-    worker died) continues from the records.  job_timeout_s in seconds (default 6 hours).
-    """
-    return tune_queue(conn).enqueue(
-        MODEL_JOB_FUNC, args=(model_id, job_id, int(trials)), job_id=job_id,
-        job_timeout=int(job_timeout_s or DEFAULT_JOB_TIMEOUT_S),
-        retry=Retry(max=retries) if retries > 0 else None, result_ttl=7 * 24 * 3600, failure_ttl=7 * 24 * 3600)
-

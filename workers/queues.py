@@ -17,11 +17,16 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from scheduler_core.base.target import Target, host_cpu
+from scheduler_core.base.llvm_cpu import host_cpu
+from scheduler_core.base.target import Target
+from scheduler_core.driver.backend import backend_of
 from scheduler_core.runtime.cuda_driver import device_name  # pycuda loads only when a GPU is asked
+
+from .records import as_text
 
 TUNE_QUEUE = "tune"
 TUNE_JOB_FUNC = "workers.jobs.tune_job"
+MODEL_JOB_FUNC = "workers.model_jobs.model_tune_job"
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600
 DEFAULT_RETRIES = 2
 
@@ -31,20 +36,36 @@ def tune_queue(conn: redis.Redis) -> Queue:
     return Queue(TUNE_QUEUE, connection=conn, serializer=JSONSerializer)
 
 
-def enqueue_tune(conn: redis.Redis, task_id: str, job_id: str, trials: int,
-                 job_timeout_s: int | None = None, retries: int = DEFAULT_RETRIES):
-    """Enqueue ``tune_job(task_id, job_id, trials)`` on ``tune``; returns the rq.Job.
+JOB_FUNCS = {"task": TUNE_JOB_FUNC, "model": MODEL_JOB_FUNC}  # job kind -> the RQ function of its pipeline
+
+
+def enqueue_job(conn: redis.Redis, kind: str, subject_id: str, job_id: str, trials: int,
+                job_timeout_s: int | None = None, retries: int = DEFAULT_RETRIES):
+    """Enqueue the job ``job_id`` of a task (``kind="task"``: ``tune_job(task_id, job_id, trials)``)
+    or of a model (``"model"``: ``model_tune_job(model_id, job_id, trials)``) on ``tune``; the rq.Job.
 
     The RQ job id is ``job_id`` (the service's job id), so RQ and the job hash
     name the same job.  ``retries``: how many times RQ re-runs a failed job or one
     abandoned by a killed worker (the retry continues from the records already
-    in Redis).  job_timeout_s : int, in seconds (default 6 hours).
+    in Redis).  job_timeout_s : int, in seconds (default 6 hours).  KeyError for another kind.
     """
     return tune_queue(conn).enqueue(
-        TUNE_JOB_FUNC, args=(task_id, job_id, int(trials)), job_id=job_id,
+        JOB_FUNCS[kind], args=(subject_id, job_id, int(trials)), job_id=job_id,
         job_timeout=int(job_timeout_s or DEFAULT_JOB_TIMEOUT_S),
         retry=Retry(max=retries) if retries > 0 else None,
         result_ttl=7 * 24 * 3600, failure_ttl=7 * 24 * 3600)
+
+
+def enqueue_tune(conn: redis.Redis, task_id: str, job_id: str, trials: int,
+                 job_timeout_s: int | None = None, retries: int = DEFAULT_RETRIES):
+    """:func:`enqueue_job` of a task job."""
+    return enqueue_job(conn, "task", task_id, job_id, trials, job_timeout_s, retries)
+
+
+def enqueue_model_tune(conn: redis.Redis, model_id: str, job_id: str, trials: int,
+                       job_timeout_s: int | None = None, retries: int = DEFAULT_RETRIES):
+    """:func:`enqueue_job` of a model job."""
+    return enqueue_job(conn, "model", model_id, job_id, trials, job_timeout_s, retries)
 
 
 def listening_workers(conn: redis.Redis, queue_name: str) -> int:
@@ -61,7 +82,7 @@ def worker_alive(conn: redis.Redis, worker_name: str | None) -> bool:
     info = conn.hgetall(Worker.redis_worker_namespace_prefix + worker_name)
     if not info:
         return False
-    if info.get(b"hostname", b"").decode() != socket.gethostname():
+    if as_text(info.get(b"hostname", b"")) != socket.gethostname():
         return True
     try:
         return psutil.Process(int(info.get(b"pid") or 0)).status() != psutil.STATUS_ZOMBIE
@@ -95,13 +116,10 @@ def measure_queue_name(target: str, device_model: str | None = None) -> str:
         its arch (``sm_80`` when not given): a GPU worker serves the arch it was compiled for.
     device_model : str, the CPU model name for an llvm target; default LLVM's name for the host CPU.
     """
-    kind = (str(target).split() or ["llvm"])[0]
-    if kind == "cuda":
-        model = Target.parse(str(target)).arch
-    else:
-        model = device_model or _host_cpu_model()
+    parsed = Target.parse(str(target) or "llvm")
+    model = backend_of(parsed).queue_device(parsed) or device_model or _host_cpu_model()
     slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "unknown"
-    return f"measure:{kind}:{slug}"
+    return f"measure:{parsed.kind}:{slug}"
 
 
 def gpu_measure_queue(index: int = 0) -> str:

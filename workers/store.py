@@ -1,18 +1,20 @@
 """RedisStore: tasks, jobs, records, best-record index, artifacts and model snapshots in Redis.
 
     POST /tasks --create_task_with_job--> DAG + task hash + task_for_workload index + job hash
-               (queued), in one WATCH/MULTI/EXEC; ActiveJobError while the task has a queued or
-               running job (nothing written).  The caller enqueues the job after it.
+               (queued), in one WATCH/MULTI/EXEC (watch_task, then stage_task); ActiveJobError
+               while the task has a queued or running job (nothing written).  The caller enqueues the job after it.
     resume --create_job--> job hash, the same way (at most one active job per task)
     Admission (workers.admission): the limits on new jobs (trials per task, active jobs per token, queued jobs
                overall) are read and written in that same transaction, so concurrent
                requests cannot pass a limit together (AdmissionError, nothing written)
-    tune_job --RedisRecordSink(policy, inputs, results)--> records whose state is new (Lua: SADD
+    tune_job --record_sink.RedisRecordSink(policy, inputs, results)--> records whose state is new (Lua: SADD
                the state to record_states, RPUSH, lower the best), job progress (trials_done,
                best cost, error counts), in one MULTI/EXEC
     resume --load_measured--> [(MeasureInput, MeasureResult)] for the policy and the cost model
-    POST /models --workers.model_store.ModelStore.create_model_with_job--> the same rules for a
-               job over several tasks (watch_active_job, watch_admission, admit, new_job_fields)
+    POST /models --workers.model_store.ModelStore.create_model_with_job--> the same rules and the
+               same steps per task for a job over several tasks (watch_task, stage_task, watch_admission,
+               admit, new_job_fields)
+    get_task / get_job --> workers.records.TaskRecord / JobRecord (typed; the hashes keep their layout)
 
 Records are the lines of ``scheduler_core.measure.record`` (``encode_record``);
 the DAG is stored once per workload_key under ``keys.dag``, so a record list plus
@@ -27,6 +29,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -35,8 +38,8 @@ from scheduler_core.base.errors import RecordFormatError, SchedulerCoreError
 from scheduler_core.base.target import Target
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
-from scheduler_core.measure.data import MeasureErrorNo
-from scheduler_core.measure.record import DagLine, RawRecord, decode_record, encode_record, native_lines, parse_line
+from scheduler_core.measure.record import DagLine, RawRecord, parse_line
+from scheduler_core.measure.record_file import decode_record, native_lines
 from scheduler_core.search.tuning_options import TuningOptions
 
 from . import keys
@@ -48,8 +51,9 @@ from .admission import (
     watch_active_job,
     watch_admission,
 )
-from .admission import as_text as _s
 from .job_state import ACTIVE_STATES, ENDED_STATES, JobState
+from .records import TASK_TRIALS_PREFIX, HashFields, JobRecord, TaskRecord, decode_hash
+from .records import as_text as _s
 
 _PAGE = 1000
 
@@ -112,13 +116,55 @@ return redis.call('HGET', KEYS[1], 'trials_done')
 """
 
 
-def _decode_hash(h: Mapping) -> dict:
-    return {_s(k): _s(v) for k, v in h.items()}
+@dataclass(frozen=True)
+class WatchedTask:
+    """The task of a workload+target as read inside a WATCH: its id (a new one when there is none),
+    whether its index entry is new, and whether its hash is complete (has a workload_key)."""
+
+    task_id: str
+    new_index: bool
+    complete: bool
+
+
+def watch_task(p: Any, workload_key: str, target: str, job_wanted: bool) -> WatchedTask:
+    """WATCH the workload+target index and the task hash it names (immediate mode, before MULTI).
+
+    With ``job_wanted``, raises ActiveJobError while an existing task has a queued or running job.
+    """
+    index = keys.task_for_workload(workload_key, target)
+    p.watch(index)
+    found = p.get(index)
+    task_id = _s(found) if found is not None else uuid.uuid4().hex
+    p.watch(keys.task(task_id))
+    if found is not None and job_wanted:
+        active = watch_active_job(p, task_id)
+        if active is not None:
+            raise ActiveJobError(task_id, *active)
+    complete = found is not None and bool(p.hexists(keys.task(task_id), "workload_key"))
+    return WatchedTask(task_id, found is None, complete)
+
+
+def stage_task(p: Any, task: WatchedTask, workload_key: str, target: str, dag_text: str, tuning_text: str,
+               latest_job_id: str | None, now_s: float) -> None:
+    """Inside MULTI: the DAG (once per workload_key), the index entry when new, the task hash (its
+    tuning and latest job; every field when it was not complete) and ``keys.tasks_by_created``
+    (``workers.task_index``).  ``now_s``: the creation time, seconds since the epoch."""
+    p.setnx(keys.dag(workload_key), dag_text)
+    if task.new_index:
+        p.set(keys.task_for_workload(workload_key, target), task.task_id)
+    fields: HashFields = {"tuning": tuning_text}
+    if not task.complete:
+        fields.update(task_id=task.task_id, workload_key=workload_key, target=target, created=repr(now_s),
+                      latest_job_id="")
+        p.zadd(keys.tasks_by_created(), {task.task_id: now_s})
+    if latest_job_id is not None:
+        fields["latest_job_id"] = latest_job_id
+    p.hset(keys.task(task.task_id), mapping=fields)
 
 
 def canonical_target(target: str) -> str:
-    """The target as SearchTask spells it (``Target.parse(t).str``); raises BuildError when unknown."""
-    return Target.parse(str(target)).str
+    """The target as SearchTask spells it (``str(Target.parse(t))``); raises BuildError when unknown."""
+    return str(Target.parse(str(target)))
 
 
 def record_steps(line: str) -> str:
@@ -191,59 +237,32 @@ class RedisStore:
         target = canonical_target(target)
         wk = dag.workload_key
         dag_text, tuning_text = dag.to_json(), json.dumps(tuning.to_json())
-        index = keys.task_for_workload(wk, target)
         job_id = uuid.uuid4().hex if trials is not None else None
         with self.conn.pipeline(transaction=True) as p:
             while True:
                 try:
-                    p.watch(index)
-                    existing = p.get(index)
-                    task_id = _s(existing) if existing is not None else uuid.uuid4().hex
-                    if existing is not None and trials is not None:
-                        active = watch_active_job(p, task_id)
-                        if active is not None:
-                            raise ActiveJobError(task_id, *active)
-                    complete = existing is not None and p.hexists(keys.task(task_id), "workload_key")
+                    task = watch_task(p, wk, target, job_wanted=trials is not None)
                     stale: tuple[list[str], list[str]] = ([], [])
                     if trials is not None:
-                        if existing is None:
-                            p.watch(keys.task(task_id))
-                        stale = watch_admission(p, admission, task_id, complete, trials)
-                    fields = {"tuning": tuning_text}
-                    if not complete:
-                        fields.update(task_id=task_id, workload_key=wk, target=target, created=repr(time.time()),
-                                      latest_job_id="")
+                        stale = watch_admission(p, admission, task.task_id, task.complete, trials)
                     p.multi()
-                    p.setnx(keys.dag(wk), dag_text)
-                    if existing is None:
-                        p.set(index, task_id)
-                    if job_id is not None:
-                        p.hset(keys.job(job_id), mapping=new_job_fields(job_id, task_id, trials))
+                    stage_task(p, task, wk, target, dag_text, tuning_text, job_id, time.time())
+                    if job_id is not None and trials is not None:
+                        p.hset(keys.job(job_id), mapping=new_job_fields(job_id, task.task_id, trials))
                         admit(p, admission, job_id, stale)
-                        fields["latest_job_id"] = job_id
-                    p.hset(keys.task(task_id), mapping=fields)
-                    if not complete:  # GET /tasks lists tasks by this index (workers.task_index)
-                        p.zadd(keys.tasks_by_created(), {task_id: float(fields["created"])})
-                    if job_id is not None:
-                        p.hincrby(keys.task(task_id), "trials_total", int(trials))
+                        p.hincrby(keys.task(task.task_id), "trials_total", int(trials))
                     p.execute()
-                    return task_id, wk, job_id
+                    return task.task_id, wk, job_id
                 except redis.WatchError:
                     continue
 
-    def get_task(self, task_id: str) -> dict | None:
-        """The task hash with ``tuning`` decoded, or None for an unknown id."""
-        h = _decode_hash(self.conn.hgetall(keys.task(task_id)))
-        if not h.get("workload_key"):
-            return None
-        h["tuning"] = json.loads(h.get("tuning") or "{}")
-        h["created"] = float(h.get("created") or 0.0)
-        return h
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        """The task's record, or None for an unknown id."""
+        return TaskRecord.from_hash(self.conn.hgetall(keys.task(task_id)))
 
-    def load_task(self, meta: Mapping) -> Task:
-        """The Task of a task hash (from :meth:`get_task`): its stored DAG, key and target."""
-        wk = meta["workload_key"]
-        return Task.create(self.load_dag(wk), meta["target"], workload_key=wk)
+    def load_task(self, task: TaskRecord) -> Task:
+        """The Task of a task record: its stored DAG, key and target."""
+        return Task.create(self.load_dag(task.workload_key), task.target, workload_key=task.workload_key)
 
     def task_for_workload(self, workload_key: str, target: str) -> str | None:
         v = self.conn.get(keys.task_for_workload(workload_key, canonical_target(target)))
@@ -317,18 +336,9 @@ class RedisStore:
             states = p.execute() if ids else []
         return sum(1 for st in states if st is not None and _s(st) == JobState.queued.value)
 
-    def get_job(self, job_id: str) -> dict | None:
-        """The job hash with numbers and ``errors`` decoded (None for absent values); None if unknown."""
-        h = _decode_hash(self.conn.hgetall(keys.job(job_id)))
-        if not h:
-            return None
-        for k in ("trials_done", "trials_total", "cancel"):
-            h[k] = int(h.get(k) or 0)
-        for k in ("best_cost_s", "best_gflops", "created", "started", "ended"):
-            h[k] = float(h[k]) if h.get(k) else None
-        h["errors"] = json.loads(h.get("errors") or "{}")
-        h["cancel"] = bool(h["cancel"])
-        return h
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """The job's record, or None for an unknown id."""
+        return JobRecord.from_hash(self.conn.hgetall(keys.job(job_id)))
 
     def set_job_state(self, job_id: str, state: str, error: str = "") -> None:
         """Set ``state`` (a JobState or its value), stamping ``started`` / ``ended``.
@@ -360,6 +370,15 @@ class RedisStore:
                                         repr(float(flop_ct))],
                                   client=pipeline or self.conn)
 
+    def task_progress(self, job_id: str, task_ids: list[str]) -> dict[str, int]:
+        """``{task_id: trials this model job measured for it}`` (its ``trials_done:<task_id>`` fields)."""
+        values = self.conn.hmget(keys.job(job_id), [f"{TASK_TRIALS_PREFIX}{t}" for t in task_ids]) if task_ids else []
+        return {t: int(v or 0) for t, v in zip(task_ids, values)}
+
+    def add_task_trials(self, job_id: str, task_id: str, n: int, pipeline=None):
+        """HINCRBY the model job's ``trials_done:<task_id>`` by ``n``."""
+        return (pipeline or self.conn).hincrby(keys.job(job_id), f"{TASK_TRIALS_PREFIX}{task_id}", int(n))
+
     def request_cancel(self, job_id: str) -> bool:
         """Flag the job for cancellation (a queued job becomes ``cancelled`` at once).
 
@@ -367,10 +386,10 @@ class RedisStore:
         job or one already ended.
         """
         job = self.get_job(job_id)
-        if job is None or JobState(job["state"]) in ENDED_STATES:
+        if job is None or job.state in ENDED_STATES:
             return False
         self.conn.hset(keys.job(job_id), "cancel", 1)
-        if job["state"] == JobState.queued:
+        if job.state == JobState.queued:
             self.set_job_state(job_id, JobState.cancelled)
         return True
 
@@ -456,7 +475,7 @@ class RedisStore:
 
     def best_record(self, workload_key: str, target: str) -> tuple[float, str] | None:
         """``(cost_s, record line)`` of the fastest NO_ERROR record, or None."""
-        h = _decode_hash(self.conn.hgetall(keys.best(workload_key, target)))
+        h = decode_hash(self.conn.hgetall(keys.best(workload_key, target)))
         if not h.get("record"):
             return None
         return float(h["cost_s"]), h["record"]
@@ -482,17 +501,22 @@ class RedisStore:
         self.conn.set(keys.artifact(task_id, fmt), data)
 
     def load_artifact(self, task_id: str, fmt: str) -> bytes | None:
-        return self.conn.get(keys.artifact(task_id, fmt))
+        return _bytes(self.conn.get(keys.artifact(task_id, fmt)))
 
     def save_model(self, workload_key: str, target: str, data: bytes) -> None:
         self.conn.set(keys.model(workload_key, target), data)
 
     def load_model(self, workload_key: str, target: str) -> bytes | None:
-        return self.conn.get(keys.model(workload_key, target))
+        return _bytes(self.conn.get(keys.model(workload_key, target)))
+
+
+def _bytes(data: bytes | str | None) -> bytes | None:
+    """A stored blob as bytes (a connection made with ``decode_responses`` hands back text)."""
+    return data.encode() if isinstance(data, str) else data
 
 
 class JobCancelled(Exception):
-    """Raised by RedisRecordSink after a batch when the job was asked to stop."""
+    """Raised by ``workers.record_sink.RedisRecordSink`` after a batch when the job was asked to stop."""
 
 
 def import_record_file(store: RedisStore, path: str | os.PathLike, dags: Mapping[str, Any] | None = None,
@@ -515,56 +539,5 @@ def import_record_file(store: RedisStore, path: str | os.PathLike, dags: Mapping
         if (item.workload_key, item.target) not in indexed:
             store.index_record_states(item.workload_key, item.target)
             indexed.add((item.workload_key, item.target))
-        cost = item.median_cost if item.error_no == MeasureErrorNo.NO_ERROR else None
-        n += store.append_new_records(item.workload_key, item.target, [(item.text, cost)])
+        n += store.append_new_records(item.workload_key, item.target, [(item.text, item.cost)])
     return n
-
-
-class RedisRecordSink:
-    """Measure callback ``(policy, inputs, results)`` writing each batch to Redis.
-
-    One MULTI/EXEC per batch: append the records (``encode_record``) whose state is not
-    recorded yet for the workload+target and lower the best-record index to the fastest
-    of them (one Lua script: a state is recorded once even when two jobs measure it at
-    once), and add to the job's trials_done / error counts / best cost (GFLOP/s from
-    ``task.compute_dag.flop_ct``).  trials_done counts this job's measurements, the
-    skipped duplicates included (what the job has done; a retry subtracts it).  A killed
-    worker thus loses no finished batch.  Raises :class:`JobCancelled` after writing when
-    a cancel was requested.
-
-    Parameters
-    ----------
-    store : RedisStore
-    task : SearchTask (``workload_key``, ``target``, ``compute_dag``)
-    job_id : str, the job whose progress is updated
-    """
-
-    def __init__(self, store: RedisStore, task: Any, job_id: str):
-        self.store = store
-        self.task = task
-        self.job_id = job_id
-        self._indexed = False
-
-    def __call__(self, policy: Any, inputs: list, results: list) -> None:
-        wk, target = self.task.workload_key, str(self.task.target)
-        records, errors = [], {}
-        best: float | None = None
-        for inp, res in zip(inputs, results):
-            records.append((encode_record(inp, res), res.cost))
-            if res.cost is not None:
-                if best is None or res.cost < best:
-                    best = res.cost
-            else:
-                name = MeasureErrorNo(res.error_no).name
-                errors[name] = errors.get(name, 0) + 1
-        if records:
-            if not self._indexed:  # records stored before keys.record_states count as recorded
-                self.store.index_record_states(wk, target)
-                self._indexed = True
-            with self.store.conn.pipeline(transaction=True) as p:
-                self.store.append_new_records(wk, target, records, pipeline=p)
-                self.store.add_job_progress(self.job_id, len(records), errors, best,
-                                            self.task.compute_dag.flop_ct, pipeline=p)
-                p.execute()
-        if self.store.cancel_requested(self.job_id):
-            raise JobCancelled(self.job_id)

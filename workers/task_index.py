@@ -138,7 +138,7 @@ def _index_batch(conn: redis.Redis, task_keys: list[str]) -> int:
             continue
         tid = _s(task_id) if task_id is not None else k[len(keys.task("")):]
         scores[tid] = float(_s(created)) if created else 0.0
-    return int(conn.zadd(keys.tasks_by_created(), scores, nx=True)) if scores else 0
+    return int(conn.zadd(keys.tasks_by_created(), scores, nx=True) or 0) if scores else 0
 
 
 def _task_rows(conn: redis.Redis, ids: list[str]) -> list[dict]:
@@ -147,7 +147,7 @@ def _task_rows(conn: redis.Redis, ids: list[str]) -> list[dict]:
         for tid in ids:
             p.hmget(keys.task(tid), *_TASK_FIELDS)
         raw = p.execute() if ids else []
-    rows = []
+    rows: list[dict[str, Any]] = []
     for tid, values in zip(ids, raw):
         h = {f: None if v is None else _s(v) for f, v in zip(_TASK_FIELDS, values)}
         if not h["workload_key"]:
@@ -255,7 +255,7 @@ def task_curve(conn: redis.Redis, workload_key: str, target: str) -> dict:
                 continue
             err = MeasureErrorNo(rec.error_no)
             trial = len(points) + 1
-            cost = rec.median_cost if err == MeasureErrorNo.NO_ERROR else None
+            cost = rec.cost
             points.append({"trial": trial, "cost_s": cost, "gflops": gflops(flop, cost),
                            "error": None if cost is not None else err.name, "timestamp": rec.timestamp or None})
             if cost is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +125,13 @@ class ErrorBoundaryGroup(TyperGroup):
     """The command group of ``autosched``: every command runs inside :meth:`invoke`, which turns the
     exceptions of :func:`error_message` into their lines on stderr and their exit code."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode: bool = True, **extra) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
         """Click's main; a usage mistake (bad option value, missing argument) is shown as
         ``error: <click's message>`` and a ``see: <command> --help`` line, exit 2, not a box."""
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False,
+                              windows_expand_args=windows_expand_args, **extra)
         except typer.TyperException as err:  # click's ClickException family (typer vendors click)
             if not standalone_mode:
                 raise
@@ -151,7 +154,7 @@ class ErrorBoundaryGroup(TyperGroup):
             sys.exit(rv if isinstance(rv, int) else 0)
         return rv
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click)
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):

@@ -29,9 +29,11 @@ from workers.job_state import JobState
 from workers.logging_setup import configure_worker_logging
 from workers.processes import LOG_LEVEL_ENV, WorkerSupervisor, recover_interrupted_jobs
 from workers.queues import enqueue_tune, measure_queue_name
+from workers.records import TaskRecord
 from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
 from workers.store import RedisStore, import_record_file
 
+from ..schemas import JobPublic
 from .errors import SERVICE_EXIT, CliError, one_line, read_dag
 from .options import DataDir, RedisUrl, tuning_flags
 from .progress import follow, log_to_console, worker_output_to
@@ -53,19 +55,19 @@ def write_records(store: RedisStore, dag: ComputeDAG, target: str, path: Path) -
     return len(lines) - 1
 
 
-def write_outputs(store: RedisStore, task: dict, dag: ComputeDAG, out: Path) -> dict | None:
+def write_outputs(store: RedisStore, task: TaskRecord, dag: ComputeDAG, out: Path) -> dict | None:
     """records.json, best_schedule.py, best_record.json and the artifacts of ``task`` under ``out``;
     the best (``describe_best``) or None when nothing was measured successfully."""
     out.mkdir(parents=True, exist_ok=True)
-    write_records(store, dag, task["target"], out / RECORDS_FILE)
+    write_records(store, dag, task.target, out / RECORDS_FILE)
     best = describe_best(store, task)
     if best is None:
         return None
     line = json.dumps(best["record"], separators=(",", ":"))
-    (out / "best_schedule.py").write_text(schedule_script(dag, line, task["target"], best["cost_s"], best["script"]))
+    (out / "best_schedule.py").write_text(schedule_script(dag, line, task.target, best["cost_s"], best["script"]))
     (out / "best_record.json").write_text(line + "\n")
     for fmt in ("so", "h", "ll"):
-        data = store.load_artifact(task["task_id"], fmt)
+        data = store.load_artifact(task.task_id, fmt)
         if data is not None:
             (out / f"best.{fmt}").write_bytes(data)
     return best
@@ -88,7 +90,7 @@ def tune(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file (
     <data dir>/logs/worker.log.  The last line compares the best with numpy's time.
     """
     _, dag = read_dag(workload)
-    target = Target.parse(target).str  # InvalidTargetError names the allowed values (exit 2)
+    target = str(Target.parse(target))  # InvalidTargetError names the allowed values (exit 2)
     records_path = out / RECORDS_FILE
     if resume and not records_path.is_file():
         raise CliError(f"--resume: no {records_path} to resume from (run tune without --resume first, "
@@ -116,6 +118,8 @@ def tune(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file (
             raise CliError(f"job {job_id} {job['state']}: {one_line(job.get('error') or '')}".rstrip(": "),
                            SERVICE_EXIT)
         task = store.get_task(task_id)
+        if task is None:
+            raise CliError(f"task {task_id} is no longer in Redis", SERVICE_EXIT)
         best = write_outputs(store, task, dag, out)
         distinct = store.count_records(dag.workload_key, target)
     finally:
@@ -124,7 +128,7 @@ def tune(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file (
         raise CliError(f"task {task_id}: no successful measurement (see {records_path})", SERVICE_EXIT)
     typer.echo(f"task {task_id} job {job_id}: wrote {records_path}, {out / 'best_schedule.py'} "
                f"(run it to rebuild {out / 'best.so'}), C header {out / 'best.h'}")
-    reason = early_end_reason(job, distinct, task["tuning"].get("early_stopping"))
+    reason = early_end_reason(job, distinct, task.tuning.get("early_stopping"))
     if reason:
         typer.echo(reason)
     numpy_s, why = numpy_reference_time(dag)
@@ -140,13 +144,15 @@ def _run_workers(store: RedisStore, task_id: str, job_id: str, data_dir, log_lev
         raise CliError(f"--log-level: {err}") from None
     os.environ[LOG_LEVEL_ENV] = log_level  # the worker processes log at this level too
     task = store.get_task(task_id)
+    if task is None:
+        raise CliError(f"task {task_id} is no longer in Redis", SERVICE_EXIT)
     url = connection_url(store.conn)
     # Supervised as under serve: a worker that dies is restarted and the job it left goes back on
     # the queue (it continues from its records); an embedded Redis this command started is too.
     where = resolve_data_dir(data_dir)
     supervisors = [WorkerSupervisor(url, 1, supervise_redis=started_embedded(), data_dir=where)]
-    if (task["tuning"] or {}).get("measure") == "queue":
-        supervisors.append(WorkerSupervisor(url, 1, (measure_queue_name(task["target"]),), data_dir=where))
+    if task.tuning.get("measure") == "queue":
+        supervisors.append(WorkerSupervisor(url, 1, (measure_queue_name(task.target),), data_dir=where))
     with worker_output_to(log_path) as terminal:
         console = Console(file=terminal)
         with log_to_console(console):
@@ -160,7 +166,8 @@ def _run_workers(store: RedisStore, task_id: str, job_id: str, data_dir, log_lev
 
 
 def _job(store: RedisStore, job_id: str) -> dict:
+    """The job as GET /jobs/{id} answers it (the progress display reads that form)."""
     job = store.get_job(job_id)
     if job is None:  # the Redis lost it (flushed, or another data directory)
         raise CliError(f"job {job_id} is no longer in Redis", SERVICE_EXIT)
-    return job
+    return JobPublic.model_validate(job).model_dump(mode="json")

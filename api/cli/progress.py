@@ -14,14 +14,13 @@ their trial rate), the best once a program has been measured (never "0.0" or "in
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import math
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -128,12 +127,13 @@ class JobProgress:
         eta = self.eta.observe(done, total, self.clock()) if job.get("state") == JobState.running.value else None
         errors = sum((job.get("errors") or {}).values())
         best = best_text(job) + (f"  errors {errors}" if errors else "")
-        fields = {"phase": phase_text(job), "eta": eta_text(eta) if job.get("state") == "running" else "",
-                  "best": best}
+        phase, eta_shown = phase_text(job), eta_text(eta) if job.get("state") == "running" else ""
         if self.task_id is None:
-            self.task_id = self.progress.add_task(self.label, total=max(total, 1), completed=done, **fields)
+            self.task_id = self.progress.add_task(self.label, total=max(total, 1), completed=done, phase=phase,
+                                                  eta=eta_shown, best=best)
         else:
-            self.progress.update(self.task_id, total=max(total, 1), completed=done, **fields)
+            self.progress.update(self.task_id, total=max(total, 1), completed=done, phase=phase, eta=eta_shown,
+                                 best=best)
 
 
 def follow(poll: Callable[[], dict], console: Console, poll_s: float = 0.5, label: str = "tuning") -> dict:
@@ -184,7 +184,7 @@ def log_to_console(console: Console, level: int = logging.WARNING) -> Iterator[N
 
 
 @contextlib.contextmanager
-def worker_output_to(log_path: str | os.PathLike) -> Iterator[io.TextIOBase]:
+def worker_output_to(log_path: str | os.PathLike) -> Iterator[TextIO]:
     """Point this process's file descriptors 1 and 2 at ``log_path`` (appending) while inside, so
     that the worker processes started meanwhile (they inherit them) and any stray print write
     there, never into the terminal; yields a text stream on the terminal's stderr for the bar."""

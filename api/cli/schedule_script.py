@@ -41,7 +41,7 @@ import scheduler_core as sc
 from scheduler_core.dag.reference import evaluate
 from scheduler_core.driver.program import program_from_state
 from scheduler_core.measure.local_runner import arg_specs, empty_outputs, random_inputs
-from scheduler_core.measure.record import decode_record
+from scheduler_core.measure.record_file import decode_record
 
 TARGET = {target!r}
 DAG_JSON = {dag_json!r}

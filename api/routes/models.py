@@ -5,7 +5,7 @@
           graph.calls[2].args[0])--> one task per distinct workload_key of its tensor programs
         --ModelStore.create_model_with_job (tasks, model, queued job in one Redis transaction;
           409 naming the active job while one of its tasks has one)
-        --enqueue_model_tune (RQ "tune" queue)--> 201 ModelCreated
+        --api.admit.admit_and_enqueue (RQ "tune" queue)--> 201 ModelCreated
     GET /models/{id}            state of the latest job, each task's best and trials, total latency
     GET /models/{id}/best       the best schedule of each task (as GET /tasks/{id}/best)
     GET /models/{id}/artifact   model.tar.gz: model.so (one entry per task), model.h, graph.json;
@@ -24,27 +24,27 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Response
+from redis import Redis
 
 from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.base.target import Target
 from scheduler_core.graph.ir import Graph
-from workers.admission import ActiveJobError, AdmissionError
 from workers.best import describe_best
-from workers.job_state import JobState
 from workers.model_artifact import artifact_member
-from workers.model_store import ModelStore, enqueue_model_tune, model_tasks
+from workers.model_store import ModelStore, model_tasks
+from workers.records import ModelRecord
 
+from ..admit import admit_and_enqueue
 from ..deps import ConnDep, SettingsDep
 from ..errors import ConflictError, NotFoundError, error_responses
 from ..limits import (
     DagTooLarge,
     LimitExceeded,
     RateLimitedToken,
-    TaskTrialBudgetExceeded,
     admission,
     check_dag_size,
     check_job_trials,
     check_measure_listener,
-    refusal,
 )
 from ..model_schemas import (
     ModelBestPublic,
@@ -95,7 +95,7 @@ def _message(err: InvalidWorkloadError) -> str:
     return text[len(path) + 2:] if path and text.startswith(f"{path}: ") else text
 
 
-def _model(conn, model_id: str) -> tuple[ModelStore, dict]:
+def _model(conn: Redis, model_id: str) -> tuple[ModelStore, ModelRecord]:
     store = ModelStore(conn)
     meta = store.get_model(model_id)
     if meta is None:
@@ -108,31 +108,23 @@ def _model(conn, model_id: str) -> tuple[ModelStore, dict]:
                         **error_responses(409, 413, 422, 429, 503)})
 def create_model(body: ModelCreate, settings: SettingsDep, conn: ConnDep, token: RateLimitedToken) -> ModelCreated:
     """Validate the graph, store its tasks (one per distinct DAG) and start one job over all of them."""
-    trials = body.tuning.num_measure_trials
+    tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
+    trials = tuning["num_measure_trials"]
     check_job_trials(settings, trials)
-    if body.target.split()[:1] == ["cuda"]:
+    if Target.parse(body.target).is_gpu:
         raise ModelNotSupported(f"target {body.target!r}: whole models are tuned for CPU (llvm) targets; "
                                 "tune a cuda function with POST /tasks")
-    check_measure_listener(conn, body.tuning.measure, body.target)
+    check_measure_listener(conn, tuning["measure"], body.target)
     graph = _graph(body, settings)
     store = ModelStore(conn)
-    try:
-        model_id, tasks, job_id = store.create_model_with_job(graph, body.target, body.tuning.model_dump(),
+
+    def create() -> tuple[str, str, ModelCreated]:
+        model_id, tasks, job_id = store.create_model_with_job(graph, body.target, tuning,
                                                               trials, admission(settings, token))
-    except ActiveJobError as err:
-        raise ConflictError(f"{err}: a task of this model is being tuned; wait for that job or cancel it") from None
-    except AdmissionError as err:
-        if err.limit == "max_task_trials":
-            raise TaskTrialBudgetExceeded(f"model {err.task_id!r} would reach {err.current + trials} trials "
-                                          f"({err.current} asked so far + {trials}), over "
-                                          f"max_task_trials={err.value}") from None
-        raise refusal(err, trials) from None
-    try:
-        enqueue_model_tune(conn, model_id, job_id, trials)
-    except Exception as err:
-        store.set_job_state(job_id, JobState.failed, f"could not enqueue: {type(err).__name__}: {err}"[:300])
-        raise
-    return ModelCreated(model_id=model_id, job_id=job_id, tasks=[ModelTaskRef.model_validate(t) for t in tasks])
+        return model_id, job_id, ModelCreated(model_id=model_id, job_id=job_id,
+                                              tasks=[ModelTaskRef.model_validate(t) for t in tasks])
+    return admit_and_enqueue(store, "model", trials, create,
+                             busy_hint=": a task of this model is being tuned; wait for that job or cancel it")
 
 
 @router.get("/{model_id}", response_model=ModelPublic, operation_id="read_model",
@@ -142,10 +134,10 @@ def read_model(model_id: str, conn: ConnDep) -> ModelPublic:
     model's total latency (sum of weight x best latency, seconds)."""
     store, meta = _model(conn, model_id)
     tasks, total = store.describe_tasks(meta)
-    job = store.get_job(meta.get("latest_job_id") or "") or {}
-    return ModelPublic(model_id=model_id, target=meta["target"], created=meta["created"], tuning=meta["tuning"],
-                       latest_job_id=meta.get("latest_job_id") or None, state=job.get("state"),
-                       trials_done=job.get("trials_done", 0), trials_total=job.get("trials_total", 0),
+    job = store.get_job(meta.latest_job_id) if meta.latest_job_id else None
+    return ModelPublic(model_id=model_id, target=meta.target, created=meta.created, tuning=meta.tuning,
+                       latest_job_id=meta.latest_job_id or None, state=job.state if job else None,
+                       trials_done=job.trials_done if job else 0, trials_total=job.trials_total if job else 0,
                        total_latency_s=total, tasks=[ModelTaskPublic.model_validate(t) for t in tasks])
 
 
@@ -157,10 +149,11 @@ def read_model_best(model_id: str, conn: ConnDep) -> ModelBestPublic:
     successful measurement."""
     store, meta = _model(conn, model_id)
     out = []
-    for t in meta["tasks"]:
-        task = store.get_task(t["task_id"])
+    for t in meta.tasks:
+        task = store.get_task(t.task_id)
         best = describe_best(store, task) if task else None
-        out.append(ModelTaskBest(**t, best=BestPublic(task_id=t["task_id"], **best) if best else None))
+        out.append(ModelTaskBest(task_id=t.task_id, workload_key=t.workload_key, functions=t.functions,
+                                 weight=t.weight, best=BestPublic(task_id=t.task_id, **best) if best else None))
     if not any(t.best for t in out):
         raise ConflictError(f"model {model_id!r} has no successful measurement yet")
     _, total = store.describe_tasks(meta)
@@ -185,8 +178,8 @@ def read_model_artifact(model_id: str, conn: ConnDep,
     store, meta = _model(conn, model_id)
     data = store.load_model_artifact(model_id)
     if data is None:
-        job = store.get_job(meta.get("latest_job_id") or "")
-        hint = f"; its latest job {meta['latest_job_id']} is {job['state']}" if job else ""
+        job = store.get_job(meta.latest_job_id) if meta.latest_job_id else None
+        hint = f"; its latest job {meta.latest_job_id} is {job.state.value}" if job else ""
         raise ConflictError(f"model {model_id!r} has no artifact yet (it is written when a model job ends){hint}")
     if format != "tar.gz":
         data = artifact_member(data, format)

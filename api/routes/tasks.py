@@ -2,8 +2,8 @@
 
     POST /tasks --ComputeDAG.from_json (limits from Settings)--> store.create_task_with_job
                 (task, index and queued job in one Redis transaction; 409 naming the active
-                job while the task has one) --> enqueue_tune (RQ "tune" queue) --> 201 TaskCreated
-    POST /tasks/{id}/resume --store.create_job (the same rule, atomic)--> enqueue_tune --> 201
+                job while the task has one) --api.admit.admit_and_enqueue (RQ "tune" queue)--> 201 TaskCreated
+    POST /tasks/{id}/resume --store.create_job (the same rule, atomic)--> admit_and_enqueue --> 201
     GET /tasks --workers.task_index.list_tasks--> TaskPage (newest first, filter by state / workload)
     GET /tasks/{id}/curve --workers.task_index.task_curve--> Curve (every record, best so far, errors)
 
@@ -26,12 +26,13 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from scheduler_core.dag.compute_dag import ComputeDAG
-from workers.admission import ActiveJobError, AdmissionError
 from workers.best import describe_best
 from workers.job_state import JobState
-from workers.queues import enqueue_tune
+from workers.records import TaskRecord
+from workers.store import RedisStore
 from workers.task_index import list_tasks, task_curve
 
+from ..admit import admit_and_enqueue
 from ..dashboard_schemas import Curve, TaskPage
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, error_responses
@@ -42,10 +43,10 @@ from ..limits import (
     check_job_trials,
     check_measure_listener,
     check_measure_mode,
-    refusal,
 )
 from ..schemas import (
     BestPublic,
+    FromRecord,
     RecordsPage,
     TaskCreate,
     TaskCreated,
@@ -70,25 +71,11 @@ TASK_LINKS = {
 }
 
 
-def _job_hint(store, task: dict) -> str:
+def _job_hint(store: RedisStore, task: TaskRecord) -> str:
     """``"; its job J is running"`` for the task's latest job, or ``""`` without one."""
-    job_id = task.get("latest_job_id") or ""
+    job_id = task.latest_job_id
     job = store.get_job(job_id) if job_id else None
-    return f"; its latest job {job_id} is {job['state']}" if job else ""
-
-
-def _conflict(err: ActiveJobError) -> ConflictError:
-    """The 409 of a task that already has a queued or running job; it names that job."""
-    return ConflictError(str(err))
-
-
-def _enqueue(store, conn, task_id: str, job_id: str, trials: int) -> None:
-    """Enqueue the job just created; if that fails the job ends ``failed`` (it never blocks the task)."""
-    try:
-        enqueue_tune(conn, task_id, job_id, trials)
-    except Exception as err:
-        store.set_job_state(job_id, JobState.failed, f"could not enqueue: {type(err).__name__}: {err}"[:300])
-        raise
+    return f"; its latest job {job_id} is {job.state.value}" if job else ""
 
 
 @router.post("", status_code=201, response_model=TaskCreated, operation_id="create_task",
@@ -97,21 +84,19 @@ def _enqueue(store, conn, task_id: str, job_id: str, trials: int) -> None:
 def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: ConnDep,
                 token: RateLimitedToken) -> TaskCreated:
     """Validate the DAG, create (or reuse) the task of its workload and target, start a search."""
-    trials = body.tuning.num_measure_trials
+    tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
+    trials = tuning["num_measure_trials"]
     check_job_trials(settings, trials)
     dag = ComputeDAG.from_json(body.dag, require_concrete_shapes=True, **settings.dag_limits())
     check_dag_size(settings, dag)
-    check_measure_mode(body.tuning.measure, body.target)
-    check_measure_listener(conn, body.tuning.measure, body.target)
-    try:
-        task_id, workload_key, job_id = store.create_task_with_job(dag, body.target, body.tuning.model_dump(),
+    check_measure_mode(tuning["measure"], body.target)
+    check_measure_listener(conn, tuning["measure"], body.target)
+
+    def create() -> tuple[str, str, TaskCreated]:
+        task_id, workload_key, job_id = store.create_task_with_job(dag, body.target, tuning,
                                                                    trials, admission(settings, token))
-    except ActiveJobError as err:
-        raise _conflict(err) from None
-    except AdmissionError as err:
-        raise refusal(err, trials) from None
-    _enqueue(store, conn, task_id, job_id, trials)
-    return TaskCreated(task_id=task_id, job_id=job_id, workload_key=workload_key)
+        return task_id, job_id, TaskCreated(task_id=task_id, job_id=job_id, workload_key=workload_key)
+    return admit_and_enqueue(store, "task", trials, create)
 
 
 @router.get("", response_model=TaskPage, operation_id="list_tasks", responses=error_responses(422, 503))
@@ -132,11 +117,11 @@ def read_curve(task: TaskDep, conn: ConnDep) -> Curve:
     """The tuning curve: one point per record in the order measured (latency in seconds and
     GFLOP/s, or the error's MeasureErrorNo name), the trials where the best improved, and the
     errors counted by kind.  404 for an unknown task."""
-    return Curve(task_id=task["task_id"], **task_curve(conn, task["workload_key"], task["target"]))
+    return Curve(task_id=task.task_id, **task_curve(conn, task.workload_key, task.target))
 
 
 @router.get("/{task_id}", response_model=TaskPublic, operation_id="read_task", responses=error_responses(404, 422, 503))
-def read_task(task: TaskDep) -> TaskPublic:
+def read_task(task: TaskDep) -> FromRecord:
     return TaskPublic.model_validate(task)
 
 
@@ -147,16 +132,14 @@ def resume_task(body: TaskResume, token: RateLimitedToken, task: TaskDep, store:
                 settings: SettingsDep) -> TaskCreated:
     """A new job that continues from the task's records (nothing measured is measured again)."""
     check_job_trials(settings, body.num_measure_trials)
-    check_measure_mode(task["tuning"].get("measure", "local"), task["target"])
-    check_measure_listener(conn, task["tuning"].get("measure", "local"), task["target"])
-    try:
-        job_id = store.create_job(task["task_id"], body.num_measure_trials, admission(settings, token))
-    except ActiveJobError as err:
-        raise _conflict(err) from None
-    except AdmissionError as err:
-        raise refusal(err, body.num_measure_trials) from None
-    _enqueue(store, conn, task["task_id"], job_id, body.num_measure_trials)
-    return TaskCreated(task_id=task["task_id"], job_id=job_id, workload_key=task["workload_key"])
+    check_measure_mode(task.tuning.get("measure", "local"), task.target)
+    check_measure_listener(conn, task.tuning.get("measure", "local"), task.target)
+
+    def create() -> tuple[str, str, TaskCreated]:
+        job_id = store.create_job(task.task_id, body.num_measure_trials, admission(settings, token))
+        return task.task_id, job_id, TaskCreated(task_id=task.task_id, job_id=job_id,
+                                                    workload_key=task.workload_key)
+    return admit_and_enqueue(store, "task", body.num_measure_trials, create)
 
 
 @router.get("/{task_id}/records", response_model=RecordsPage, operation_id="read_records",
@@ -166,11 +149,11 @@ def read_records(task: TaskDep, store: StoreDep, settings: SettingsDep,
                  format: Literal["json", "jsonl"] = "json"):
     """A page of the task's measurement records; ``format=jsonl`` downloads them as JSON lines."""
     limit = min(limit, settings.records_page_max)
-    lines = list(store.iter_records(task["workload_key"], task["target"], offset, offset + limit))
+    lines = list(store.iter_records(task.workload_key, task.target, offset, offset + limit))
     if format == "jsonl":
         return PlainTextResponse("".join(line + "\n" for line in lines), media_type="application/x-ndjson")
-    total = store.count_records(task["workload_key"], task["target"])
-    return RecordsPage(task_id=task["task_id"], offset=offset, limit=limit, total=total,
+    total = store.count_records(task.workload_key, task.target)
+    return RecordsPage(task_id=task.task_id, offset=offset, limit=limit, total=total,
                        records=[json.loads(line) for line in lines])
 
 
@@ -181,8 +164,8 @@ def read_best(task: TaskDep, store: StoreDep) -> BestPublic:
     404 for an unknown task; 409 while the task has no successful measurement."""
     best = describe_best(store, task)
     if best is None:  # the task exists: 409 (not 404) until a measurement succeeds
-        raise ConflictError(f"task {task['task_id']!r} has no successful measurement yet{_job_hint(store, task)}")
-    return BestPublic(task_id=task["task_id"], **best)
+        raise ConflictError(f"task {task.task_id!r} has no successful measurement yet{_job_hint(store, task)}")
+    return BestPublic(task_id=task.task_id, **best)
 
 
 @router.get("/{task_id}/artifact", response_class=Response, operation_id="read_artifact",
@@ -195,10 +178,10 @@ def read_artifact(task: TaskDep, store: StoreDep,
     ``json`` (the launch description: kernels, grid, block, arguments).  404 for an unknown
     task; 409 while the task has no such artifact (they are written when a job ends with a
     successful measurement)."""
-    data = store.load_artifact(task["task_id"], format)
+    data = store.load_artifact(task.task_id, format)
     if data is None:  # the task exists: its artifacts are written when a job ends with a best record
-        raise ConflictError(f"task {task['task_id']!r} has no {format} artifact yet (it is written when a job "
+        raise ConflictError(f"task {task.task_id!r} has no {format} artifact yet (it is written when a job "
                             f"ends with a successful measurement){_job_hint(store, task)}")
-    name = f"{task['task_id']}.{ARTIFACT_SUFFIX.get(format, format)}"
+    name = f"{task.task_id}.{ARTIFACT_SUFFIX.get(format, format)}"
     return Response(data, media_type=ARTIFACT_MEDIA[format],
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})

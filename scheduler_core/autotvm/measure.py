@@ -128,7 +128,7 @@ class MeasureBatch:
     """
 
     def __init__(self, task: Any, option: dict):
-        if task.target.kind == "cuda":
+        if task.target.is_gpu:
             why = cuda_refusal()
             if why:
                 raise BuildError(f"cannot tune {task.name!r} for {task.target}: {why}; build the template for "

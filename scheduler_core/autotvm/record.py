@@ -21,9 +21,10 @@ from typing import Any
 
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.base.target import Target
-from scheduler_core.measure.data import MeasureErrorNo, MeasureResult
 from scheduler_core.measure.data import MeasureInput as CoreMeasureInput
-from scheduler_core.measure.record import DagLine, RawRecord, encode_dag_line, encode_record, iter_lines
+from scheduler_core.measure.data import MeasureResult
+from scheduler_core.measure.record import DagLine, RawRecord, encode_dag_line, encode_record
+from scheduler_core.measure.record_file import iter_lines
 from scheduler_core.schedule.loop_state import State
 
 from .config import ConfigEntity
@@ -89,7 +90,7 @@ def load_from_file(filename: str | os.PathLike, skip_invalid: bool = True) -> It
 
 def _canonical_target(text: str) -> str:
     try:
-        return Target.parse(text).str
+        return str(Target.parse(text))
     except SchedulerCoreError:
         return " ".join(str(text).split())
 
@@ -110,12 +111,13 @@ class ApplyHistoryBest(DispatchContext):
         for path in paths:
             for name, args, target, config, raw in load_from_file(path):
                 n += 1
-                if raw.error_no != MeasureErrorNo.NO_ERROR:
+                cost = raw.cost
+                if cost is None:
                     continue
                 key = (name, _args_text(args))
                 for table, k in ((self.best_by_workload, (*key, _canonical_target(target))),
                                  (self.best_by_name_args, key)):
-                    if k not in table or raw.median_cost < table[k][1].median_cost:
+                    if k not in table or cost < table[k][1].median_cost:
                         table[k] = (config, raw)
         self.n_records = n
         logger.info("Finish loading %d records", n)
@@ -123,7 +125,7 @@ class ApplyHistoryBest(DispatchContext):
     def _query_inside(self, target: Target | None, name: str, args: list) -> ConfigEntity | None:
         key = (name, _args_text(args))
         found = (self.best_by_name_args.get(key) if target is None
-                 else self.best_by_workload.get((*key, Target.parse(target).str)))
+                 else self.best_by_workload.get((*key, str(Target.parse(target)))))
         return None if found is None else found[0]
 
 

@@ -30,12 +30,12 @@ import math
 from typing import Any
 
 from scheduler_core.base.errors import InvalidWorkloadError, ScheduleError
+from scheduler_core.base.gpu_spec import GPU_LOOP_KINDS
 from scheduler_core.ir.expr import IntImm, IterVar, Var
 
 # TVM's short names of the entity kinds in a record's "entity" list.
 KIND_SPLIT, KIND_REORDER, KIND_ANNOTATE, KIND_OTHER = "sp", "re", "an", "ot"
-ANNOTATIONS = ("none", "unroll", "vec", "parallel", "blockIdx.x", "blockIdx.y", "blockIdx.z",
-               "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+ANNOTATIONS = ("none", "unroll", "vec", "parallel") + GPU_LOOP_KINDS
 
 
 class VirtualAxis:
@@ -89,7 +89,28 @@ def get_pow2s(n: int) -> list:
 # entities: one choice of one knob
 # ---------------------------------------------------------------------------
 
-class SplitEntity:
+class _ListEntity:
+    """An entity whose choice is one list (``_choice()``): its ``value`` is a copy of that
+    list, and it compares, hashes and prints as the list (TVM prints ``[-1, 540]``)."""
+
+    def _choice(self) -> list:
+        raise NotImplementedError
+
+    @property
+    def value(self) -> list:
+        return list(self._choice())
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and self._choice() == other._choice()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._choice()))
+
+    def __repr__(self) -> str:
+        return str(self._choice())
+
+
+class SplitEntity(_ListEntity):
     """A split's choice: ``size`` = ``[-1, f1, ..., fk]`` (outermost first; -1: what is left)."""
 
     kind = KIND_SPLIT
@@ -106,21 +127,11 @@ class SplitEntity:
             ret.append(outer)
         return ret + [axis]
 
-    @property
-    def value(self) -> list:
-        return list(self.size)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SplitEntity) and self.size == other.size
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.size))
-
-    def __repr__(self) -> str:
-        return str(self.size)
+    def _choice(self) -> list:
+        return self.size
 
 
-class ReorderEntity:
+class ReorderEntity(_ListEntity):
     """A reorder's choice: ``perm``, indices into the knob's axes in their new order."""
 
     kind = KIND_REORDER
@@ -137,21 +148,11 @@ class ReorderEntity:
             sch[op].reorder(*ordered)
         return ordered
 
-    @property
-    def value(self) -> list:
-        return list(self.perm)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, ReorderEntity) and self.perm == other.perm
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.perm))
-
-    def __repr__(self) -> str:
-        return str(self.perm)
+    def _choice(self) -> list:
+        return self.perm
 
 
-class AnnotateEntity:
+class AnnotateEntity(_ListEntity):
     """An annotation choice: ``anns``, one of :data:`ANNOTATIONS` per axis."""
 
     kind = KIND_ANNOTATE
@@ -178,18 +179,8 @@ class AnnotateEntity:
                 stage.bind(ax, IterVar(Var(ann), IntImm(0), IntImm(0), "thread"))
         return list(axes)
 
-    @property
-    def value(self) -> list:
-        return list(self.anns)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, AnnotateEntity) and self.anns == other.anns
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.anns))
-
-    def __repr__(self) -> str:
-        return str(self.anns)
+    def _choice(self) -> list:
+        return self.anns
 
 
 class OtherOptionEntity:

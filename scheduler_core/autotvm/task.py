@@ -27,10 +27,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler_core.base.context_stack import ContextStack
 from scheduler_core.base.errors import InvalidWorkloadError, ScheduleError
 from scheduler_core.base.target import Target
 from scheduler_core.dag.task import Task as CoreTask
@@ -43,13 +43,9 @@ from .config import ConfigEntity, ConfigSpace, FallbackConfigEntity
 logger = logging.getLogger("autotvm")
 
 TEMPLATES: dict = {}          # template name -> TemplateFunction
-_LOCAL = threading.local()
-
-
-def _local_list(name: str) -> list:
-    if not hasattr(_LOCAL, name):
-        setattr(_LOCAL, name, [])
-    return getattr(_LOCAL, name)
+_CONFIGS: ContextStack[ConfigSpace] = ContextStack("autotvm_config")  # ApplyConfig scopes
+_DISPATCH: ContextStack[DispatchContext] = ContextStack("autotvm_dispatch")  # DispatchContext scopes
+_WARNED: set = set()  # (target, template, args) already warned about, once per process (as TVM)
 
 
 # ---------------------------------------------------------------------------
@@ -62,11 +58,11 @@ def get_config() -> ConfigSpace:
     A ConfigSpace while a task is created, a ConfigEntity while a config is measured or applied
     from history, else a FallbackConfigEntity.  Raises ScheduleError outside a template.
     """
-    stack = _local_list("configs")
-    if not stack:
+    config = _CONFIGS.current()
+    if config is None:
         raise ScheduleError("autotvm.get_config() was called outside a template: call it inside a function "
                             "decorated with @autotvm.template(name)")
-    return stack[-1]
+    return config
 
 
 class ApplyConfig:
@@ -76,11 +72,11 @@ class ApplyConfig:
         self.config = config
 
     def __enter__(self) -> ConfigSpace:
-        _local_list("configs").append(self.config)
+        _CONFIGS.push(self.config)
         return self.config
 
     def __exit__(self, *exc) -> None:
-        _local_list("configs").pop()
+        _CONFIGS.pop(self.config)
 
 
 def args_to_json(args: Any) -> list:
@@ -127,25 +123,22 @@ class DispatchContext:
         return self._query_inside(target, name, args)
 
     def __enter__(self) -> DispatchContext:
-        _local_list("dispatch").append(self)
+        _DISPATCH.push(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        stack = _local_list("dispatch")
-        if stack and stack[-1] is self:
-            stack.pop()
+        _DISPATCH.pop(self)
 
 
 def dispatch_config(target: Target | None, name: str, args: list) -> ConfigSpace:
     """The config a direct call of template ``name`` gets (innermost context first)."""
-    for ctx in reversed(_local_list("dispatch")):
+    for ctx in _DISPATCH.innermost_first():
         cfg = ctx.query(target, name, args)
         if cfg is not None:
             return cfg
-    warned = _local_list("warned")
     key = (str(target), name, json.dumps(args))
-    if key not in warned:
-        warned.append(key)
+    if key not in _WARNED:
+        _WARNED.add(key)
         logger.warning("Cannot find config for target=%s, workload=%s. A fallback configuration is used, "
                        "which may bring great performance regression.", target, [name, *args])
     return FallbackConfigEntity()

@@ -25,313 +25,89 @@ Options (TVM spelling), every other key is an :class:`InvalidTargetError`:
     (:meth:`Target.cuda_limits`, :meth:`HardwareParams.for_target`).  A shared
     memory size above what the arch can give one block with opt-in is refused.
 
-Everything known about a CPU comes from the LLVM linked through llvmlite, no
-table of CPU names lives here:
-
-* the host: ``llvm.get_host_cpu_name()`` and ``llvm.get_host_cpu_features()``;
-* the CPU and feature names LLVM knows: the tables LLVM prints to the C-level
-  stderr when a target machine is created with ``cpu="help"`` (only the first
-  time in a process), captured once (:func:`llvm_cpu_names`,
-  :func:`llvm_feature_names`);
-* the vector width of a CPU with its ``-mattr``: the registers LLVM allocates
-  for a ``<16 x float>`` add (:func:`cpu_vector_unit_bytes`).  That probe runs in
-  a child process: LLVM aborts the whole process ("LLVM ERROR: 64-bit code
-  requested on a subtarget that doesn't support it!") when it emits code for a
-  CPU it does not know, and also for the 32-bit CPUs it does know (``i686``,
-  ``pentium4``, ``athlon``, ...) on an x86-64 triple.  :meth:`Target.parse`
-  runs it for every ``-mcpu``/``-mattr`` other than the plain host, so a target
-  it accepts never makes LLVM abort.
+Everything known about a CPU comes from the LLVM linked through llvmlite
+(:mod:`scheduler_core.base.llvm_cpu`); no table of CPU names lives here.
 """
 
 from __future__ import annotations
 
-import builtins
-import ctypes.util
 import difflib
+import enum
 import functools
 import os
 import re
-import subprocess
-import sys
-import tempfile
-import threading
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
 from .errors import BuildError, InvalidTargetError
+from .gpu_spec import CUDA_DEFAULT_ARCH, CUDA_MAX_SHARED_MEMORY_PER_BLOCK, CUDA_MAX_THREADS_PER_BLOCK
+from .llvm_cpu import (
+    checked_probe,
+    cpu_vector_unit_bytes,
+    enabled_features,
+    features_vector_bytes,
+    host_cpu,
+    host_features,
+    llvm_cpu_names,
+    llvm_feature_names,
+    probe_implied_features,
+)
 
-KINDS = ("llvm", "cuda")
+
+class TargetKind(str, enum.Enum):
+    """The kind of a target: the first word of its string (TVM's ``TargetKind``).
+
+    A ``str`` enum: ``TargetKind.CUDA == "cuda"`` and ``str(TargetKind.CUDA) == "cuda"``, so
+    the kind prints, formats and hashes as its text.  :attr:`is_gpu` tells the GPU kinds.
+    """
+
+    LLVM = "llvm"
+    CUDA = "cuda"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether programs of this kind run on a GPU (thread-bound loops, shared memory)."""
+        return self in _GPU_KINDS
+
+
+_GPU_KINDS = frozenset({TargetKind.CUDA})
+KINDS = tuple(k.value for k in TargetKind)
 # The -key=value options each kind accepts (without the leading "-").
-OPTION_KEYS = {"llvm": ("mcpu", "mattr", "mtriple", "num-cores"),
-               "cuda": ("arch", "model", "max_threads_per_block", "max_shared_memory_per_block",
-                        "thread_warp_size", "registers_per_block")}
+OPTION_KEYS: dict[str, tuple[str, ...]] = {
+    TargetKind.LLVM: ("mcpu", "mattr", "mtriple", "num-cores"),
+    TargetKind.CUDA: ("arch", "model", "max_threads_per_block", "max_shared_memory_per_block",
+                      "thread_warp_size", "registers_per_block")}
+CUDA_WARP_SIZE = 32
+
+
+def _arch(optin_kib: int, registers: int = 65536) -> tuple:
+    """A row of :data:`CUDA_ARCHS`: the limits every arch shares (``gpu_spec``) with its own
+    opt-in shared memory (KiB) and registers per block."""
+    return (CUDA_MAX_THREADS_PER_BLOCK, CUDA_MAX_SHARED_MEMORY_PER_BLOCK, optin_kib * 1024, CUDA_WARP_SIZE,
+            registers)
+
 
 # Per compute capability: (max threads per block, static shared memory per block,
 # shared memory per block with opt-in (dynamic), warp size, 32-bit registers per block),
 # from NVIDIA's CUDA C Programming Guide, "Technical Specifications per Compute Capability".
 CUDA_ARCHS = {
-    "sm_50": (1024, 48 * 1024, 48 * 1024, 32, 65536),
-    "sm_52": (1024, 48 * 1024, 48 * 1024, 32, 65536),
-    "sm_53": (1024, 48 * 1024, 48 * 1024, 32, 32768),
-    "sm_60": (1024, 48 * 1024, 48 * 1024, 32, 65536),
-    "sm_61": (1024, 48 * 1024, 48 * 1024, 32, 65536),
-    "sm_62": (1024, 48 * 1024, 48 * 1024, 32, 65536),
-    "sm_70": (1024, 48 * 1024, 96 * 1024, 32, 65536),
-    "sm_72": (1024, 48 * 1024, 96 * 1024, 32, 65536),
-    "sm_75": (1024, 48 * 1024, 64 * 1024, 32, 65536),
-    "sm_80": (1024, 48 * 1024, 163 * 1024, 32, 65536),
-    "sm_86": (1024, 48 * 1024, 99 * 1024, 32, 65536),
-    "sm_87": (1024, 48 * 1024, 163 * 1024, 32, 65536),
-    "sm_89": (1024, 48 * 1024, 99 * 1024, 32, 65536),
-    "sm_90": (1024, 48 * 1024, 227 * 1024, 32, 65536),
+    "sm_50": _arch(48), "sm_52": _arch(48), "sm_53": _arch(48, registers=32768),
+    "sm_60": _arch(48), "sm_61": _arch(48), "sm_62": _arch(48),
+    "sm_70": _arch(96), "sm_72": _arch(96), "sm_75": _arch(64),
+    "sm_80": _arch(163), "sm_86": _arch(99), "sm_87": _arch(163), "sm_89": _arch(99),
+    "sm_90": _arch(227),
 }
-CUDA_DEFAULT_ARCH = "sm_80"
 _CUDA_INT_OPTIONS = ("max_threads_per_block", "max_shared_memory_per_block", "thread_warp_size",
                      "registers_per_block")
 
-_PROBE_TIMEOUT_S = 120
 _SHOW_CHARS = 64  # longest user value quoted back in an error message
-
-
-@functools.cache
-def host_cpu() -> str:
-    """LLVM's name for the host CPU, e.g. ``"znver3"``."""
-    return llvm.get_host_cpu_name()
-
-
-@functools.cache
-def host_features() -> str:
-    """The host CPU features as an LLVM feature string (``"+avx2,+fma,-avx512f,..."``)."""
-    return llvm.get_host_cpu_features().flatten()
-
-
-def _enabled(features: str) -> frozenset:
-    """The names (no sign) of the ``+`` entries of an LLVM feature string."""
-    return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
-
-
-def _features_vector_bytes(enabled: frozenset | set) -> int:
-    """Widest float vector unit in bytes implied by feature names: 64 avx512f, 32 avx/avx2, else 16."""
-    if "avx512f" in enabled:
-        return 64
-    if "avx" in enabled or "avx2" in enabled:
-        return 32
-    return 16
-
-
-# -- what LLVM knows: the cpu="help" tables ---------------------------------------
-
-_FD2_LOCK = threading.Lock()
-
-
-def _call_capturing_fd2(fn):
-    """``(fn(), text)``: call ``fn`` with file descriptor 2 redirected to a temporary file.
-
-    ``text`` is what was written to the C-level stderr during the call (LLVM
-    prints there directly, bypassing ``sys.stderr``); output of other threads to
-    fd 2 during the call lands there too.  Calls are serialised by a lock.
-    """
-    with _FD2_LOCK, tempfile.TemporaryFile() as tmp:
-        try:
-            if sys.stderr is not None:
-                sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        try:
-            saved = os.dup(2)
-        except OSError:  # fd 2 closed (a daemon): leave it closed afterwards
-            saved = None
-        os.dup2(tmp.fileno(), 2)
-        try:
-            result = fn()
-        finally:
-            if saved is None:
-                os.close(2)
-            else:
-                os.dup2(saved, 2)
-                os.close(saved)
-        tmp.seek(0)
-        return result, tmp.read().decode("utf-8", "replace")
-
-
-def _parse_help_tables(text: str) -> dict:
-    """``{"cpus": names, "features": names}`` from LLVM's ``-mcpu=help`` text.
-
-    The text is "Available CPUs for this target:" then "Available features for
-    this target:", each followed by indented ``name - description`` lines; the
-    name is the first word of each indented line.  Names are sorted.
-    """
-    tables: dict = {"cpus": set(), "features": set()}
-    current = None
-    for line in text.splitlines():
-        if line.startswith("Available CPUs"):
-            current = tables["cpus"]
-        elif line.startswith("Available features"):
-            current = tables["features"]
-        elif line[:1].isspace() and line.strip():
-            if current is not None:
-                current.add(line.split()[0])
-        elif line.strip():
-            current = None
-    return {key: tuple(sorted(names)) for key, names in tables.items()}
-
-
-# Run by a child Python: creating a target machine with cpu="help" prints the tables.
-_HELP_SCRIPT = """
-import llvmlite.binding as llvm
-llvm.initialize_native_target()
-llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(cpu="help", features="")
-"""
-
-
-@functools.cache
-def _llvm_help_tables() -> dict:
-    """LLVM's CPU and feature tables for the process triple, read once per process.
-
-    Read from the C-level stderr of this process.  LLVM prints the tables only
-    the first time a process asks for them; when something else asked first,
-    they are read from a child process instead.  Raises BuildError when LLVM
-    prints no CPU table.
-    """
-    _, text = _call_capturing_fd2(lambda: create_target_machine("help", ""))
-    tables = _parse_help_tables(text)
-    if not tables["cpus"]:
-        tables = _parse_help_tables(_run_child(_HELP_SCRIPT).stderr)
-    if not tables["cpus"]:
-        raise BuildError(f"LLVM printed no CPU table for {llvm.get_process_triple()} (cpu='help')")
-    return tables
-
-
-def llvm_cpu_names() -> tuple:
-    """The CPU names LLVM knows for the process triple, sorted (``"alderlake"``, ...).
-
-    Read from the table LLVM prints when a target machine is created with
-    ``cpu="help"``.  Knowing a name does not mean LLVM can generate code for it
-    on this triple (the 32-bit x86 CPUs cannot produce x86-64 code);
-    :func:`cpu_vector_unit_bytes` tells.
-    """
-    return _llvm_help_tables()["cpus"]
-
-
-def llvm_feature_names() -> tuple:
-    """The feature names (no sign) LLVM knows for the process triple, sorted (``"avx2"``, ...)."""
-    return _llvm_help_tables()["features"]
-
-
-# -- what LLVM does: the vector width probe ------------------------------------------
-
-_PROBE_IR = """
-define <16 x float> @f(<16 x float> %a, <16 x float> %b) {
-  %c = fadd <16 x float> %a, %b
-  ret <16 x float> %c
-}
-define <16 x i32> @g(<16 x i32> %a, <16 x i32> %b) {
-  %c = add <16 x i32> %a, %b
-  ret <16 x i32> %c
-}
-"""
-
-# Run by a child Python: argv = cpu, features, IR; prints the assembly, or dies
-# with LLVM's fatal error on stderr.
-_PROBE_SCRIPT = """
-import sys
-import llvmlite.binding as llvm
-llvm.initialize_native_target()
-llvm.initialize_native_asmprinter()
-cpu, features, ir = sys.argv[1:4]
-triple = llvm.get_process_triple()
-tm = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=2)
-mod = llvm.parse_assembly(ir)
-mod.triple = triple
-sys.stdout.write(tm.emit_assembly(mod))
-"""
-
-
-def _add_register_bytes(asm: str) -> int:
-    """Widest register of the add instructions in ``asm``: 64 for zmm, 32 for ymm, else 16."""
-    width = 16
-    for line in asm.splitlines():
-        words = line.split("#", 1)[0].split()  # "#" starts an x86 assembly comment
-        if words and "add" in words[0]:
-            operands = " ".join(words[1:])
-            if "zmm" in operands:
-                return 64
-            if "ymm" in operands:
-                width = 32
-    return width
-
-
-def _probe_widths(asm: str) -> tuple:
-    """``(float_bytes, int_bytes)``: register widths of the float add (@f) and the integer add (@g)."""
-    g = re.search(r"^_?g:", asm, re.M)
-    f_asm, g_asm = (asm[:g.start()], asm[g.start():]) if g else (asm, "")
-    return _add_register_bytes(f_asm), _add_register_bytes(g_asm)
-
-
-def _run_child(script: str, *args: str) -> subprocess.CompletedProcess:
-    """Run ``script`` with ``args`` in a child Python that imports the same llvmlite.
-
-    Returns the completed process (text stdout/stderr, whatever its exit status).
-    Raises BuildError when the child cannot be started or runs past
-    ``_PROBE_TIMEOUT_S`` seconds.
-    """
-    llvmlite_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(llvm.__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (llvmlite_parent, env.get("PYTHONPATH")) if p)
-    try:
-        return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                              env=env, timeout=_PROBE_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as err:
-        raise BuildError(f"could not run an LLVM probe in a child process: {type(err).__name__}: {err}") from err
-
-
-@functools.cache
-def _probe(cpu: str, features: str) -> tuple:
-    """``(float_bytes, int_bytes, error)`` of LLVM's code for ``cpu`` + ``features`` (cached).
-
-    Compiles :data:`_PROBE_IR` in a child process, so a CPU or feature set LLVM
-    aborts on kills the child only; ``error`` is then LLVM's message and the widths
-    are 0.  Raises BuildError when the child cannot be run at all.
-    """
-    proc = _run_child(_PROBE_SCRIPT, cpu, features, _PROBE_IR)
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        fatal = [ln for ln in lines if "LLVM ERROR" in ln] or lines[-1:] or [f"exit status {proc.returncode}"]
-        return 0, 0, fatal[0].strip()
-    return (*_probe_widths(proc.stdout), "")
-
-
-def _checked_probe(cpu: str, features: str) -> tuple:
-    """``(float_bytes, int_bytes)`` of :func:`_probe`; raises InvalidTargetError where LLVM aborts."""
-    float_bytes, int_bytes, error = _probe(cpu, features)
-    if error:
-        attrs = f" -mattr={features}" if features else ""
-        raise InvalidTargetError(
-            f"LLVM cannot generate {llvm.get_process_triple()} code for -mcpu={cpu}{attrs}: {error}")
-    return float_bytes, int_bytes
-
-
-def cpu_vector_unit_bytes(cpu: str, features: str = "") -> int:
-    """Width in bytes of the widest float vector register LLVM uses for ``cpu`` with ``features``.
-
-    cpu : str, an LLVM CPU name; features : str, an LLVM feature string
-    (``"+avx512f,-avx2"``).  Compiles a ``<16 x float>`` add for the process
-    triple: zmm registers -> 64, ymm -> 32, else 16.  Cached per process.
-    Raises InvalidTargetError when LLVM cannot generate code for them (an
-    unknown or 32-bit CPU on x86-64).
-    """
-    return _checked_probe(cpu, features)[0]
-
-
-def _probe_implied_features(float_bytes: int, int_bytes: int) -> set:
-    """Feature names the probe's registers prove: zmm -> avx512f (which implies avx2, avx in
-    LLVM), ymm for the integer add -> avx2, ymm for the float add -> avx."""
-    if float_bytes >= 64:
-        return {"avx512f", "avx2", "avx"}
-    if float_bytes >= 32:
-        return {"avx2", "avx"} if int_bytes >= 32 else {"avx"}
-    return set()
 
 
 # -- parsing ---------------------------------------------------------------------------
@@ -424,10 +200,10 @@ def _parse_text(text: str) -> Target:
     kinds = ", ".join(KINDS)
     if not words:
         raise InvalidTargetError(f"unknown target {_show(text)} (empty); the kinds are: {kinds}")
-    kind = words[0]
-    if kind not in KINDS:
+    if words[0] not in KINDS:
         where = "" if len(words) == 1 else f" in {_show(text)}"
-        raise InvalidTargetError(f"unknown target kind {_show(kind)}{where}; the kinds are: {kinds}")
+        raise InvalidTargetError(f"unknown target kind {_show(words[0])}{where}; the kinds are: {kinds}")
+    kind = TargetKind(words[0])
     allowed = OPTION_KEYS[kind]
     accepts = f"{kind} targets accept " + ", ".join(f"-{k}=" for k in allowed)
     fields: dict = {"kind": kind}
@@ -450,19 +226,19 @@ def _parse_text(text: str) -> Target:
         elif any(k == key for k, _ in others):
             raise InvalidTargetError(f"option {_show('-' + key)} given twice in {_show(text)}")
         else:
-            others.append((key, _parse_cuda_option(key, value) if kind == "cuda" else value))
+            others.append((key, _parse_cuda_option(key, value) if kind.is_gpu else value))
     fields["options"] = tuple(others)
-    if kind == "cuda":
+    if kind is TargetKind.CUDA:
         _check_cuda_options(fields["options"])
     if "mcpu" in raw:
         fields["mcpu"] = _parse_mcpu(raw["mcpu"], fields.get("mtriple", ""))
         fields["mcpu_given"] = True
     if "mattr" in raw:
         fields["mattr"] = _parse_mattr(raw["mattr"], fields.get("mtriple", ""))
-    if kind == "llvm":
+    if kind is TargetKind.LLVM:
         fields.setdefault("mcpu", host_cpu())
         if fields["mcpu"] != host_cpu() or fields.get("mattr"):
-            _checked_probe(fields["mcpu"], ",".join(fields.get("mattr", ())))
+            checked_probe(fields["mcpu"], ",".join(fields.get("mattr", ())))
     return Target(**fields)
 
 
@@ -470,7 +246,7 @@ def _parse_text(text: str) -> Target:
 class Target:
     """A compilation target.
 
-    kind: ``"llvm"`` (CPU) or ``"cuda"``.  mcpu: the LLVM CPU name the code is
+    kind: :class:`TargetKind` (``LLVM``: a CPU, or ``CUDA``; a ``str`` enum).  mcpu: the LLVM CPU name the code is
     for (the host CPU when not given; ``""`` for cuda).  mattr: feature flags
     such as ``("+avx2", "-avx512f")``.  num_cores: threads for parallel loops
     (0 = all, OpenMP's default).  mtriple: the ``-mtriple`` text, kept and
@@ -480,7 +256,7 @@ class Target:
     (:attr:`arch`).
     """
 
-    kind: str = "llvm"
+    kind: TargetKind = TargetKind.LLVM
     mcpu: str = ""
     mattr: tuple = ()
     num_cores: int = 0
@@ -504,10 +280,13 @@ class Target:
             return target
         return _parse_text(str(target))
 
-    @property
-    def str(self) -> str:
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, TargetKind):  # Target(kind="cuda") from a caller
+            object.__setattr__(self, "kind", TargetKind(self.kind))
+
+    def __str__(self) -> str:
         """The canonical text form, e.g. ``"llvm -mcpu=znver3 -num-cores=2"``."""
-        parts = [self.kind]
+        parts = [self.kind.value]
         if self.mcpu_given:
             parts.append(f"-mcpu={self.mcpu}")
         if self.mattr:
@@ -519,10 +298,12 @@ class Target:
         parts += [f"-{k}={v}" for k, v in self.options]
         return " ".join(parts)
 
-    def __str__(self) -> builtins.str:  # ``str`` is the property above inside this class
-        return self.str
+    @property
+    def is_gpu(self) -> bool:
+        """Whether the target is a GPU (its kind's :attr:`TargetKind.is_gpu`)."""
+        return self.kind.is_gpu
 
-    def option(self, key: builtins.str, default=None):
+    def option(self, key: str, default=None):
         """The value of ``-key=`` in :attr:`options` (text), else ``default``."""
         for k, v in self.options:
             if k == key:
@@ -530,9 +311,9 @@ class Target:
         return default
 
     @property
-    def arch(self) -> builtins.str:
+    def arch(self) -> str:
         """A cuda target's compute capability (``"sm_80"`` when no ``-arch`` is given); "" for llvm."""
-        return self.option("arch", CUDA_DEFAULT_ARCH) if self.kind == "cuda" else ""
+        return self.option("arch", CUDA_DEFAULT_ARCH) if self.kind is TargetKind.CUDA else ""
 
     def cuda_limits(self) -> dict:
         """A cuda target's block limits: the arch's values, overridden by the target's options.
@@ -543,8 +324,8 @@ class Target:
         227 KiB on sm_90), ``thread_warp_size``, ``registers_per_block``.
         Raises BuildError for a non-cuda target.
         """
-        if self.kind != "cuda":
-            raise BuildError(f"target {self.str!r} is not a cuda target")
+        if self.kind is not TargetKind.CUDA:
+            raise BuildError(f"target {str(self)!r} is not a cuda target")
         threads, smem, dyn, warp, regs = CUDA_ARCHS[self.arch]
         out = {"max_threads_per_block": threads, "max_shared_memory_per_block": smem,
                "max_dynamic_shared_memory_per_block": dyn, "thread_warp_size": warp,
@@ -561,7 +342,7 @@ class Target:
         return self.mcpu == host_cpu() and not self.mattr
 
     @property
-    def _mattr_text(self) -> builtins.str:
+    def _mattr_text(self) -> str:
         return ",".join(self.mattr)
 
     @property
@@ -575,12 +356,12 @@ class Target:
         ``{"avx"}`` for 32-byte float vectors only, nothing for 16 bytes), with the
         ``-mattr`` entries applied.  Empty for a cuda target.
         """
-        if self.kind != "llvm":
+        if self.kind is not TargetKind.LLVM:
             return frozenset()
         if self.mcpu == host_cpu():
-            enabled = set(_enabled(host_features()))
+            enabled = set(enabled_features(host_features()))
         else:
-            enabled = _probe_implied_features(*_checked_probe(self.mcpu, self._mattr_text))
+            enabled = probe_implied_features(*checked_probe(self.mcpu, self._mattr_text))
         for a in self.mattr:
             (enabled.add if a.startswith("+") else enabled.discard)(a[1:])
         return frozenset(enabled)
@@ -593,10 +374,10 @@ class Target:
         Otherwise: what LLVM emits for the cpu and ``-mattr``
         (:func:`cpu_vector_unit_bytes`).  16 for a cuda target.
         """
-        if self.kind != "llvm":
+        if self.kind is not TargetKind.LLVM:
             return 16
         if self.is_host:
-            return _features_vector_bytes(_enabled(host_features()))
+            return features_vector_bytes(enabled_features(host_features()))
         return cpu_vector_unit_bytes(self.mcpu, self._mattr_text)
 
     def jit_cpu_features(self) -> tuple:
@@ -608,9 +389,9 @@ class Target:
         JIT'd code then does not use them).
         """
         warnings = []
-        have = _enabled(host_features())
-        if self.kind == "llvm" and not self.is_host:
-            want, host_bytes = self.vector_unit_bytes, _features_vector_bytes(have)
+        have = enabled_features(host_features())
+        if self.kind is TargetKind.LLVM and not self.is_host:
+            want, host_bytes = self.vector_unit_bytes, features_vector_bytes(have)
             if want > host_bytes:
                 isa = {64: "avx512f", 32: "avx"}.get(want, "")
                 requested = f"-mcpu={self.mcpu}" + (f" -mattr={self._mattr_text}" if self.mattr else "")
@@ -665,7 +446,7 @@ class HardwareParams:
         """The parameters of ``target``: its ``-num-cores`` (default: this machine's CPUs) and vector width;
         for cuda also the block limits of its arch and options (:meth:`Target.cuda_limits`)."""
         cores = target.num_cores or os.cpu_count() or 1
-        if target.kind != "cuda":
+        if target.kind is not TargetKind.CUDA:
             return HardwareParams(cores, target.vector_unit_bytes, 64, 64)
         lim = target.cuda_limits()
         return HardwareParams(
@@ -677,36 +458,3 @@ class HardwareParams:
             warp_size=lim["thread_warp_size"],
             registers_per_block=lim["registers_per_block"],
             max_dynamic_shared_memory_per_block=lim["max_dynamic_shared_memory_per_block"])
-
-
-_INITIALIZED: list[bool] = []
-
-
-def init_llvm() -> None:
-    """Initialise LLVM's native target and asm printer once per process.
-
-    Also loads libgcc_s globally: LLVM's x86 backend calls its runtime helpers
-    (e.g. ``__truncdfhf2`` for float64 -> float16) and the JIT resolves external
-    symbols from the process.
-    """
-    if not _INITIALIZED:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        try:
-            llvm.load_library_permanently(ctypes.util.find_library("gcc_s") or "libgcc_s.so.1")
-        except RuntimeError:  # pragma: no cover - no libgcc_s: half conversions may fail
-            pass
-        _INITIALIZED.append(True)
-
-
-def create_target_machine(cpu: str, features: str, opt: int = 3):
-    """An LLVM TargetMachine for the process triple (PIC, so objects link into a .so).
-
-    cpu : str, an LLVM CPU name; features : str, an LLVM feature string.  LLVM
-    aborts the process when code is emitted for a CPU it cannot generate code for
-    (unknown, or 32-bit on x86-64): pass the host CPU or that of a parsed Target.
-    """
-    init_llvm()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=cpu, features=features, opt=opt,
-                                        reloc="pic", codemodel="default")

@@ -14,7 +14,7 @@ bool -> uint8_t*), then one int32 per ``func.scalar_params`` Var in order.  The
 pointers are ``noalias``.  It returns 0 on success and nonzero on failure (a
 failed heap allocation).  Parallel loops run on this process's thread pool
 (``thread_pool``; each JIT'd module's pool pointer is set to it), or on libgomp's
-threads with ``AUTOSCHED_PARALLEL_RUNTIME=gomp`` (see ``parallel``).
+threads with ``BuildConfig(parallel_runtime="gomp")`` (see ``parallel``).
 
 The module also defines ``__autosched_meta_<name>``, a constant null-terminated
 JSON string ``{"name", "params": [{"name", "dtype", "shape": [int | var name]}],
@@ -35,9 +35,11 @@ from dataclasses import dataclass, field
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from scheduler_core.base.build_config import BuildConfig
 from scheduler_core.base.c_names import c_identifiers
 from scheduler_core.base.errors import BuildError
-from scheduler_core.base.target import Target, create_target_machine, init_llvm
+from scheduler_core.base.llvm_cpu import create_target_machine, init_llvm
+from scheduler_core.base.target import Target, TargetKind
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import simplify as ES
 from scheduler_core.ir import tir as T
@@ -85,23 +87,26 @@ class CompiledFunction:
         return fn
 
 
-def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm") -> CompiledFunction:
+def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm",
+                     config: BuildConfig | None = None) -> CompiledFunction:
     """Compile ``func`` for the CPU and JIT it.
 
     ``func`` comes from the driver after the unroll and vectorize passes (they run once,
     there); builds LLVM IR (explicit vector types for vectorized loops, a thread-pool
     launch or GOMP_parallel for parallel loops), optimizes it at O3 for the host CPU,
     emits an object and loads it.
+    ``config``: the build options (parallel runtime and chunking); default
+    ``BuildConfig.current()``.  libgomp is loaded only when a parallel loop is launched on it.
     Raises BuildError for a non-llvm target, an unsupported node or an LLVM
     verification failure.  Source: TVM's ``tvm.build`` for ``llvm``.
     """
     target = Target.parse(target)
-    if target.kind != "llvm":
+    if target.kind is not TargetKind.LLVM:
         raise BuildError(f"compile_primfunc builds for llvm targets, not {target.kind!r}")
     init_llvm()
     body = func.body
     try:
-        module, uses_parallel = build_module(func, body, target)
+        module, uses_gomp = build_module(func, body, target, BuildConfig.resolve(config))
     except (TypeError, ValueError, AttributeError, AssertionError) as err:
         # llvmlite rejects ill-typed instructions eagerly (e.g. mismatched operand types)
         raise BuildError(f"codegen failed on {func.name}: {type(err).__name__}: {err}") from err
@@ -111,7 +116,7 @@ def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm") -> Compile
     optimize(mod, tm)
     llvm_ir = str(mod)
     obj = tm.emit_object(mod)
-    if uses_parallel:
+    if uses_gomp:
         load_libgomp()
     _check_externals(mod)
     engine = _jit(obj, tm)
@@ -123,10 +128,11 @@ def compile_primfunc(func: T.PrimFunc, target: str | Target = "llvm") -> Compile
     return CompiledFunction(func.name, func, target, llvm_ir, obj, address, engine, warnings)
 
 
-def build_module(func: T.PrimFunc, body: T.Stmt, target: Target) -> tuple:
-    """``(llvmlite.ir.Module, uses_parallel)`` for ``func`` with the (passed) ``body``."""
+def build_module(func: T.PrimFunc, body: T.Stmt, target: Target, config: BuildConfig | None = None) -> tuple:
+    """``(llvmlite.ir.Module, uses_gomp)`` for ``func`` with the (passed) ``body``; ``uses_gomp``:
+    a parallel loop calls libgomp (``config.parallel_runtime == "gomp"``)."""
     module = ir.Module(name=func.name)
-    ctx = ModuleContext(module, func.name, target.num_cores, target.vector_unit_bytes)
+    ctx = ModuleContext(module, func.name, target.num_cores, target.vector_unit_bytes, config)
     args = [L.PTR] * len(func.params) + [L.I32] * len(func.scalar_params)
     fn = ir.Function(module, ir.FunctionType(L.I32, args), func.name)
     fn.attributes.add("nounwind")
@@ -147,7 +153,7 @@ def build_module(func: T.PrimFunc, body: T.Stmt, target: Target) -> tuple:
     em.stmt(body)
     em.finish()
     _add_meta(module, func)
-    return module, ctx.uses_parallel
+    return module, ctx.uses_gomp
 
 
 def _dim(d) -> object:

@@ -27,6 +27,9 @@ from .llvm_intrin import IntrinsicEmitter
 FLAGS = ("contract",)
 _INDEX_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max", "div")
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# The IRBuilder method of each operator that is one LLVM instruction.
+_FLOAT_ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
+_INT_ARITH = {"add": "add", "sub": "sub", "mul": "mul"}
 
 
 class ExprEmitter(IntrinsicEmitter):
@@ -134,37 +137,25 @@ class ExprEmitter(IntrinsicEmitter):
 
     def _float_binary(self, op: str, a, b):
         bld = self.builder
-        if op == "add":
-            return bld.fadd(a, b, flags=FLAGS)
-        if op == "sub":
-            return bld.fsub(a, b, flags=FLAGS)
-        if op == "mul":
-            return bld.fmul(a, b, flags=FLAGS)
-        if op == "div":
-            return bld.fdiv(a, b, flags=FLAGS)
+        if op in _FLOAT_ARITH:
+            return getattr(bld, _FLOAT_ARITH[op])(a, b, flags=FLAGS)
         if op in ("floordiv", "floormod"):
-            q = self.unary_intrinsic("floor", bld.fdiv(a, b, flags=FLAGS))
+            q = self.llvm_intrinsic("floor", bld.fdiv(a, b, flags=FLAGS))
             if op == "floordiv":
                 return q
             return bld.fsub(a, bld.fmul(q, b, flags=FLAGS), flags=FLAGS)
         if op in ("min", "max"):
-            return bld.select(bld.fcmp_ordered("<" if op == "min" else ">", a, b), a, b)
+            return self._min_max(op, bld.fcmp_ordered, a, b)
         if op == "pow":
-            return self.binary_intrinsic("pow", a, b)
+            return self.llvm_intrinsic("pow", a, b)
         raise BuildError(f"unknown float operator {op!r}")
 
     def _int_binary(self, op: str, a, b, signed: bool, nsw: bool = False):
         bld = self.builder
-        flags = ("nsw",) if nsw else ()
-        if op == "add":
-            return bld.add(a, b, flags=flags)
-        if op == "sub":
-            return bld.sub(a, b, flags=flags)
-        if op == "mul":
-            return bld.mul(a, b, flags=flags)
+        if op in _INT_ARITH:
+            return getattr(bld, _INT_ARITH[op])(a, b, flags=("nsw",) if nsw else ())
         if op in ("min", "max"):
-            cmp = bld.icmp_signed if signed else bld.icmp_unsigned
-            return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
+            return self._min_max(op, bld.icmp_signed if signed else bld.icmp_unsigned, a, b)
         if op in ("div", "floordiv", "floormod"):
             b = self._safe_divisor(b)
             if not signed:
@@ -173,6 +164,11 @@ class ExprEmitter(IntrinsicEmitter):
                 return bld.sdiv(a, b)
             return self._floor_divmod(op, a, b)
         raise BuildError(f"unknown integer operator {op!r}")
+
+    def _min_max(self, op: str, compare, a, b):
+        """``a < b ? a : b`` for "min", ``a > b ? a : b`` for "max"; ``compare`` is the
+        builder's comparison of the operands' kind (fcmp_ordered, icmp_signed, icmp_unsigned)."""
+        return self.builder.select(compare("<" if op == "min" else ">", a, b), a, b)
 
     def _safe_divisor(self, b):
         """Masked-off lanes divide by 1 so that an untaken select branch (or the value of a
@@ -200,7 +196,7 @@ class ExprEmitter(IntrinsicEmitter):
     def _int_pow(self, a, b, dtype: str):
         ft = ir.DoubleType() if L.lanes_of(a) == 1 else ir.VectorType(ir.DoubleType(), L.lanes_of(a))
         conv = self.builder.sitofp if L.is_signed(dtype) else self.builder.uitofp
-        r = self.binary_intrinsic("pow", conv(a, ft), conv(b, ft))
+        r = self.llvm_intrinsic("pow", conv(a, ft), conv(b, ft))
         back = self.builder.fptosi if L.is_signed(dtype) else self.builder.fptoui
         return back(r, a.type)
 

@@ -1,11 +1,11 @@
 """Math intrinsics and memory access (plain, masked, gather/scatter) for the LLVM emitter.
 
-Math: LLVM intrinsics where they exist (``llvm.exp``, ``llvm.sqrt``,
-``llvm.roundeven`` for ``round`` -- numpy rounds half to even ...); ``tanh`` and
-``erf`` call libm (``tanhf``/``erff``, one call per lane for vectors; the JIT
-resolves them from the process); ``sigmoid`` is ``1/(1+exp(-x))`` and
-``rsqrt`` is ``1/sqrt(x)`` (TVM's lowering of these intrinsics).  Vectors of
-transcendental functions go to glibc's libmvec when it has them (see
+Math, from the columns of ir/intrinsics.py: the LLVM intrinsic where the row has one
+(``llvm.exp``, ``llvm.sqrt``, ``llvm.roundeven`` for ``round`` -- numpy rounds half to
+even ...); else its libm function (``tanhf``, ``erff``, ``atan2f``: one call per lane for
+vectors; the JIT resolves them from the process); ``sigmoid`` is ``1/(1+exp(-x))`` and
+``rsqrt`` is ``1/sqrt(x)`` (TVM's lowering of these intrinsics, the two composites).
+Vectors of the rows marked ``mvec`` go to glibc's libmvec when it has them (see
 ``vector_math``), since LLVM would scalarize them into one libm call per lane.
 
 Memory: a stride-1 ``Ramp`` index is one ``<L x T>`` load/store aligned to the
@@ -24,16 +24,10 @@ from llvmlite import ir
 from scheduler_core.base.errors import BuildError
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import simplify as ES
+from scheduler_core.ir.intrinsics import INTRINSIC_BY_NAME
 
 from . import llvm_types as L
 from .vector_math import mvec_call
-
-_UNARY = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "fabs": "fabs", "floor": "floor",
-    "ceil": "ceil", "round": "roundeven", "sin": "sin", "cos": "cos", "exp2": "exp2",
-    "log2": "log2", "log10": "log10", "trunc": "trunc",
-}
-_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
 
 
 class IntrinsicEmitter:
@@ -45,69 +39,70 @@ class IntrinsicEmitter:
     index: Callable[[E.Expr], Any]  # ExprEmitter.index: an integer Expr as i64 (or <L x i64>)
 
     # -- math -----------------------------------------------------------------
-    def unary_intrinsic(self, name: str, x):
-        fn = L.declare(self.module, f"llvm.{name}.{L.intrinsic_suffix(x.type)}", x.type, [x.type])
-        return self.builder.call(fn, [x])
-
-    def binary_intrinsic(self, name: str, a, b):
-        fn = L.declare(self.module, f"llvm.{name}.{L.intrinsic_suffix(a.type)}", a.type,
-                       [a.type, b.type])
-        return self.builder.call(fn, [a, b])
+    def llvm_intrinsic(self, name: str, *args):
+        """``llvm.<name>.<type>`` on ``args`` of one float (vector) type."""
+        t = args[0].type
+        fn = L.declare(self.module, f"llvm.{name}.{L.intrinsic_suffix(t)}", t, [a.type for a in args])
+        return self.builder.call(fn, list(args))
 
     def math_call(self, name: str, args: list, dtype: str):
-        """Emit the intrinsic ``name`` (expr.INTRINSICS, or ``pow``) on ``args``.  Raises BuildError."""
+        """Emit the intrinsic ``name`` (a row of ir/intrinsics.py: a Call name or ``pow``) on
+        ``args`` (LLVM values of ``dtype``, all of one vector width).  Raises BuildError."""
+        row = INTRINSIC_BY_NAME.get(name)
+        if row is None or len(args) != row.arity:
+            raise BuildError(f"unknown intrinsic {name!r} of {len(args)} argument(s)")
         x = args[0]
-        if name == "abs" and not E.is_float(dtype):
+        if not E.is_float(dtype):
+            if not row.int_args:
+                raise BuildError(f"intrinsic {name} needs a float argument, got {dtype}")
             zero = ir.Constant(x.type, None)
             neg = self.builder.sub(zero, x)
             cmp = self.builder.icmp_signed if L.is_signed(dtype) else self.builder.icmp_unsigned
             return self.builder.select(cmp("<", x, zero), neg, x)
-        if not E.is_float(dtype):
-            raise BuildError(f"intrinsic {name} needs a float argument, got {dtype}")
-        if name == "abs":
-            return self.unary_intrinsic("fabs", x)
-        fast = mvec_call(self, name, args, dtype)
+        fast = mvec_call(self, row, args, dtype)
         if fast is not None:
             return fast
-        if name in _UNARY:
-            return self.unary_intrinsic(_UNARY[name], x)
-        if name == "pow":
-            return self.binary_intrinsic("pow", x, args[1])
+        if row.llvm is not None:
+            return self.llvm_intrinsic(row.llvm, *args)
+        if row.libm is not None:
+            return self._libm_per_lane(row.libm, args, dtype)
+        return self._composite(name, x, dtype)
+
+    def _composite(self, name: str, x, dtype: str):
+        """The rows with neither an LLVM intrinsic nor a libm function (TVM's lowering)."""
         one = self._fconst(1.0, x.type)
         if name == "rsqrt":
-            return self.builder.fdiv(one, self.unary_intrinsic("sqrt", x))
+            return self.builder.fdiv(one, self.llvm_intrinsic("sqrt", x))
         if name == "sigmoid":
             neg = self.builder.fneg(x)
             den = self.builder.fadd(one, self.math_call("exp", [neg], dtype))
             return self.builder.fdiv(one, den)
-        if name in _LIBM:
-            return self._libm_per_lane(name, x, dtype)
-        raise BuildError(f"unknown intrinsic {name!r}")
+        raise BuildError(f"intrinsic {name!r} has no CPU lowering")
 
     def _fconst(self, value: float, t: ir.Type):
         if isinstance(t, ir.VectorType):
             return ir.Constant(t, [ir.Constant(t.element, value)] * t.count)
         return ir.Constant(t, value)
 
-    def _libm_per_lane(self, name: str, x, dtype: str):
-        """Call libm's float (or double) function once per lane."""
-        f32, f64 = _LIBM[name]
+    def _libm_per_lane(self, libm: str, args: list, dtype: str):
+        """Call libm's double function ``libm`` (its float version ``<libm>f`` for float32
+        and float16, widened) on ``args``, once per lane of a vector."""
         wide = dtype == "float64"
         ct = ir.DoubleType() if wide else ir.FloatType()
-        fn = L.declare(self.module, f64 if wide else f32, ct, [ct])
+        fn = L.declare(self.module, libm if wide else libm + "f", ct, [ct] * len(args))
         bld = self.builder
 
-        def one(v):
-            arg = v if dtype != "float16" else bld.fpext(v, ct)
-            r = bld.call(fn, [arg])
+        def one(vs):
+            r = bld.call(fn, [v if dtype != "float16" else bld.fpext(v, ct) for v in vs])
             return r if dtype != "float16" else bld.fptrunc(r, L.scalar_type(dtype))
 
-        if not isinstance(x.type, ir.VectorType):
-            return one(x)
-        out = ir.Constant(x.type, ir.Undefined)
-        for i in range(x.type.count):
+        t = args[0].type
+        if not isinstance(t, ir.VectorType):
+            return one(args)
+        out = ir.Constant(t, ir.Undefined)
+        for i in range(t.count):
             lane = ir.Constant(L.I32, i)
-            out = bld.insert_element(out, one(bld.extract_element(x, lane)), lane)
+            out = bld.insert_element(out, one([bld.extract_element(a, lane) for a in args]), lane)
         return out
 
     # -- loads ----------------------------------------------------------------

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from scheduler_core.base.build_config import BuildConfig
 from scheduler_core.base.errors import BuildError
+from scheduler_core.base.gpu_spec import GPU_TAGS
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import simplify as ES
 from scheduler_core.ir import tir as T
@@ -25,20 +27,20 @@ from .parallel import emit_parallel
 
 STACK_LIMIT_BYTES = 64 * 1024
 ALLOC_ALIGN = 64
-GPU_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
-             "threadIdx.z")
 
 
 class ModuleContext:
-    """What the functions of one module share: the module, target and name counter."""
+    """What the functions of one module share: the module, target, build config and name counter."""
 
-    def __init__(self, module: ir.Module, name: str, num_threads: int, vector_bytes: int = 64):
+    def __init__(self, module: ir.Module, name: str, num_threads: int, vector_bytes: int = 64,
+                 config: BuildConfig | None = None):
         self.module = module
         self.vector_bytes = vector_bytes  # the build target's widest vector (bounds libmvec variants)
         self.name = name
         self.num_threads = num_threads
+        self.config = BuildConfig.resolve(config)  # the parallel runtime and chunking
         self.counter = 0
-        self.uses_parallel = False
+        self.uses_gomp = False  # a parallel loop launched on libgomp (which the JIT must then load)
 
     def fresh(self, suffix: str) -> str:
         self.counter += 1
@@ -172,7 +174,7 @@ class FunctionEmitter(ExprEmitter):
 
     # -- loops ----------------------------------------------------------------
     def _s_For(self, s: T.For) -> None:
-        if s.kind in GPU_KINDS:
+        if s.kind in GPU_TAGS:
             raise BuildError(f"loop {s.loop_var.name} is bound to {s.kind}; the llvm target "
                              f"has no GPU threads")
         if s.kind == "parallel" and not self.in_parallel:

@@ -24,8 +24,9 @@ body is a separate function with ``noalias`` pointer arguments so LLVM keeps the
 aliasing facts of the entry function.  This is TVM's ``parallel_launch`` route;
 the pool is TVM's own CPU thread pool design, ``gomp`` its ``USE_OPENMP=gnu`` build.
 
-Runtimes.  :data:`RUNTIME` (``AUTOSCHED_PARALLEL_RUNTIME`` in the environment before
-import, read at code generation) picks the threads.  ``"pool"`` (the default):
+Runtimes.  The build's ``BuildConfig.parallel_runtime`` (``base/build_config.py``; its
+default is ``AUTOSCHED_PARALLEL_RUNTIME`` in the environment, read when the config is made)
+picks the threads.  ``"pool"`` (the default):
 ``thread_pool``, where the pool computes ``C = min(n, k*T)`` chunks (``k`` =
 :data:`CHUNKS_PER_THREAD`) and the caller returns as soon as every chunk has completed,
 whatever the other threads are doing; exported objects and libraries carry a copy of the
@@ -39,11 +40,12 @@ loop API), so a thread the OS has parked leaves its share to the others instead
 of everyone waiting for its static half at the end barrier.  libgomp's threads
 wait by spinning ``GOMP_SPINCOUNT`` pause instructions before sleeping; its
 default (300000 when ``OMP_WAIT_POLICY`` is unset, 7 ms or more per wait) burns the
-CPU that a preempted team member needs, so :func:`configure_libgomp_env` loads
-libgomp with a short spin (:data:`SPIN_COUNT`) unless the user chose a policy; the
-environment is restored right after, so other OpenMP runtimes loaded later (PyTorch
-bundles its own) and child processes keep their defaults.  Measured by
-``benchmarks/parallel_load.py`` on a 2-core machine shared with other work, with
+CPU that a preempted team member needs, so :func:`load_libgomp` (run by the first build
+that uses the ``gomp`` runtime, never at import) loads libgomp with a short spin
+(:data:`SPIN_COUNT`) unless the user chose a policy; the environment is restored right
+after, so other OpenMP runtimes loaded later (PyTorch bundles its own) and child
+processes keep their defaults.  Measured by ``benchmarks/parallel_load.py`` on a 2-core
+machine shared with other work, with
 one busy single-thread process of another session: matmul+bias 512^3 went from
 about 11x its quiet time (static chunks, default spin) to about 1.9x, conv2d
 1x64x56x56 3x3 from about 7x to 1.8x; quiet times within a few percent.
@@ -56,10 +58,9 @@ processes was behind libgomp in most runs (10-30%), ahead in some.  Autogroups s
 CPUs between sessions, not threads: a 2-thread program next to one (two) busy sessions
 gets about 1 (0.67) CPU, so about 1.9x (3x) is the best any runtime reaches there (the
 benchmark measures that floor too).
-``SCHEDULE = "static"`` (or ``AUTOSCHED_PARALLEL_SCHEDULE=static`` in the
-environment before import) builds one chunk per thread (``k = 1`` on the pool, the
-previous launcher on libgomp).  The spin setting only applies to libgomp in processes
-that import this package.
+``BuildConfig(parallel_schedule="static")`` (or ``AUTOSCHED_PARALLEL_SCHEDULE=static`` in the
+environment) builds one chunk per thread (``k = 1`` on the pool, the previous launcher on
+libgomp).  The spin setting only applies to libgomp when this package loads it.
 """
 
 from __future__ import annotations
@@ -71,22 +72,18 @@ import os
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from scheduler_core.base.errors import BuildError
+from scheduler_core.base.build_config import BuildConfig
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import expr_functor as EF
 from scheduler_core.ir import tir as T
+from scheduler_core.ir.stmt_functor import stmt_exprs
 
 from . import llvm_types as L
 from . import thread_pool
+from .thread_pool_ir import CHUNK_TYPE
 
 # Closure fields: begin, extent, error code, next chunk (atomic counter), captured values...
 _BEGIN, _EXTENT, _ERR, _NEXT, _CAPTURED = 0, 1, 2, 3, 4
-SCHEDULES = ("dynamic", "static")
-# The chunking of parallel loops built from now on (read at code generation).
-SCHEDULE = os.environ.get("AUTOSCHED_PARALLEL_SCHEDULE", "dynamic")
-RUNTIMES = ("pool", "gomp")
-# The threads that run parallel loops built from now on (read at code generation).
-RUNTIME = os.environ.get("AUTOSCHED_PARALLEL_RUNTIME", "pool")
 # Dynamic chunks per thread (fewer when the loop has fewer iterations).
 CHUNKS_PER_THREAD = 8
 # libgomp's own default spin is 300000 pause iterations (about 7 ms on a Zen 4 core at
@@ -108,8 +105,7 @@ def libgomp_mapped() -> bool:
         return False
 
 
-def load_libgomp() -> None:
-    """Make libgomp's symbols visible to the JIT (once per process)."""
+def _load_permanently() -> None:
     if not _LOADED:
         llvm.load_library_permanently(ctypes.util.find_library("gomp") or "libgomp.so.1")
         _LOADED.append(True)
@@ -118,23 +114,29 @@ def load_libgomp() -> None:
 def configure_libgomp_env() -> bool:
     """Load libgomp with ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT` unless the user set
     ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` or a libgomp is already loaded (libgomp
-    reads its environment once, when loaded).  The variable is set only while libgomp
-    loads, then removed again, so it reaches neither other OpenMP runtimes loaded later
-    nor child processes.  Returns whether the short spin was applied.  Runs when this
-    module is imported, before either loader of this package (codegen, runtime) loads
-    libgomp.
+    reads its environment once, when loaded); then nothing is loaded.  The variable is set
+    only while libgomp loads, then removed again, so it reaches neither other OpenMP
+    runtimes loaded later nor child processes.  Returns whether the short spin was applied.
     """
     if any(os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")) or libgomp_mapped():
         return False
     os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     try:
-        load_libgomp()
+        _load_permanently()
     finally:
         del os.environ["GOMP_SPINCOUNT"]
     return True
 
 
-SPIN_APPLIED = configure_libgomp_env()
+def load_libgomp() -> bool:
+    """Make libgomp's symbols visible to the JIT (once per process), with the short spin of
+    :func:`configure_libgomp_env` when the user chose no wait policy.  Called by a build or a
+    load of code that uses the ``gomp`` runtime, never at import.  Returns whether the short
+    spin was applied by this call.  Raises RuntimeError (llvmlite) when there is no libgomp.
+    """
+    applied = configure_libgomp_env()
+    _load_permanently()
+    return applied
 
 
 def default_num_threads() -> int:
@@ -147,7 +149,7 @@ def captured(body: T.Stmt, em) -> tuple:
     """``(vars, buffers)`` used in ``body`` and bound in the emitter ``em``, first-use order."""
     vs: dict = {}
     bs: dict = {}
-    for e in _stmt_exprs(body):
+    for e in (e for st in T.walk_stmts(body) for e in stmt_exprs(st)):
         for n in EF.walk(e):
             if isinstance(n, E.Var) and n in em.vars:
                 vs.setdefault(n, None)
@@ -159,38 +161,16 @@ def captured(body: T.Stmt, em) -> tuple:
     return tuple(vs), tuple(bs)
 
 
-def _stmt_exprs(body: T.Stmt):
-    for s in T.walk_stmts(body):
-        if isinstance(s, T.Store):
-            yield s.index
-            yield s.value
-            if s.predicate is not None:
-                yield s.predicate
-        elif isinstance(s, T.For):
-            yield s.min
-            yield s.extent
-        elif isinstance(s, T.IfThenElse):
-            yield s.cond
-        elif isinstance(s, (T.LetStmt, T.Evaluate)):
-            yield s.value
-        elif isinstance(s, T.Allocate):
-            yield from (E.as_expr(d) for d in s.buffer.shape)
-
-
 def emit_parallel(em, loop: T.For) -> None:
-    """Emit ``loop`` (kind "parallel") in the emitter ``em`` as a launch on :data:`RUNTIME`.
+    """Emit ``loop`` (kind "parallel") in the emitter ``em`` as a launch on the runtime of
+    the build's config (``em.ctx.config``, a BuildConfig: runtime and chunking).
 
     The loop body is outlined into a function emitted by a new emitter of ``em``'s own
     class (``type(em)``), so this module needs nothing from the statement emitter.
-    The runtime and the chunking are :data:`RUNTIME`'s and :data:`SCHEDULE`'s, read now
-    (at code generation).  Raises BuildError for an unknown runtime or schedule.
+    Sets ``em.ctx.uses_gomp`` when the launch calls libgomp.
     """
-    if SCHEDULE not in SCHEDULES:
-        raise BuildError(f"parallel.SCHEDULE is {SCHEDULE!r}; expected one of {SCHEDULES}")
-    if RUNTIME not in RUNTIMES:
-        raise BuildError(f"parallel.RUNTIME is {RUNTIME!r}; expected one of {RUNTIMES}")
     ctx = em.ctx
-    ctx.uses_parallel = True
+    config: BuildConfig = ctx.config
     cvars, cbufs = captured(loop.body, em)
     values = [em.bufs[b] for b in cbufs] + [em.vars[v] for v in cvars]
     types = [v.type for v in values]
@@ -205,13 +185,14 @@ def emit_parallel(em, loop: T.For) -> None:
     for i, v in enumerate(fields):
         bld.store(v, _field(bld, closure, closure_t, i))
     threads = ir.Constant(L.I32, ctx.num_threads)
-    if RUNTIME == "gomp":
-        launch_fn = _launcher(ctx, body_fn, closure_t, len(types), SCHEDULE)
+    if config.parallel_runtime == "gomp":
+        ctx.uses_gomp = True
+        launch_fn = _launcher(ctx, body_fn, closure_t, len(types), config.parallel_schedule)
         gomp = L.declare(em.module, "GOMP_parallel", L.VOID, [L.PTR, L.PTR, L.I32, L.I32])
         bld.call(gomp, [launch_fn, closure, threads, ir.Constant(L.I32, 0)])
     else:
         chunk_fn = _chunk_function(ctx, body_fn, closure_t, len(types))
-        per_thread = ir.Constant(L.I32, CHUNKS_PER_THREAD if SCHEDULE == "dynamic" else 1)
+        per_thread = ir.Constant(L.I32, CHUNKS_PER_THREAD if config.parallel_schedule == "dynamic" else 1)
         bld.call(thread_pool.add_pool(em.module), [chunk_fn, closure, extent, threads, per_thread])
     err = bld.load(_field(bld, closure, closure_t, _ERR), typ=L.I32)
     em.fail_if(bld.icmp_signed("!=", err, ir.Constant(L.I32, 0)))
@@ -222,12 +203,18 @@ def _field(bld, ptr, struct_t, i: int):
                    source_etype=struct_t)
 
 
+def _internal_function(module: ir.Module, fnty: ir.FunctionType, name: str) -> ir.Function:
+    """A new ``nounwind`` function of ``module`` with internal linkage."""
+    fn = ir.Function(module, fnty, name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    return fn
+
+
 def _outline_body(ctx, loop: T.For, cvars, cbufs, types, emitter_cls) -> ir.Function:
     """``i32 body(captured..., i64 lo, i64 hi)`` running ``loop.body`` for lo <= i < hi."""
     fnty = ir.FunctionType(L.I32, types + [L.I64, L.I64])
-    fn = ir.Function(ctx.module, fnty, ctx.fresh("par") + "_body")
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
+    fn = _internal_function(ctx.module, fnty, ctx.fresh("par") + "_body")
     for i in range(len(cbufs)):
         fn.args[i].add_attribute("noalias")
     em = emitter_cls(ctx, fn, in_parallel=True)
@@ -241,31 +228,45 @@ def _outline_body(ctx, loop: T.For, cvars, cbufs, types, emitter_cls) -> ir.Func
     return fn
 
 
+class _ChunkCaller:
+    """Calls of the outlined body on chunks of the loop, emitted at ``bld``'s position in a
+    chunk function or launcher; ``closure`` points to the caller's closure (``closure_t``)."""
+
+    def __init__(self, bld: ir.IRBuilder, closure, closure_t, body_fn: ir.Function, ncaptured: int):
+        self.bld, self.closure, self.closure_t, self.body_fn = bld, closure, closure_t, body_fn
+        self.begin, self.extent = self.load(_BEGIN), self.load(_EXTENT)
+        self.args = [self.load(_CAPTURED + i) for i in range(ncaptured)]
+
+    def load(self, i: int):
+        """The closure's field ``i``."""
+        bld = self.bld
+        return bld.load(_field(bld, self.closure, self.closure_t, i), typ=self.closure_t.elements[i])
+
+    def call_chunk(self, chunk, nchunks, after: ir.Block) -> None:
+        """Run the body on ``[begin + extent*chunk/nchunks, begin + extent*(chunk+1)/nchunks)``
+        when that is not empty, OR a failure into the closure's error field, go on at ``after``."""
+        bld, one = self.bld, ir.Constant(L.I64, 1)
+        lo = bld.sdiv(bld.mul(self.extent, chunk), nchunks)
+        hi = bld.sdiv(bld.mul(self.extent, bld.add(chunk, one)), nchunks)
+        call_bb, err_bb = bld.append_basic_block("call"), bld.append_basic_block("record_error")
+        bld.cbranch(bld.icmp_signed("<", lo, hi), call_bb, after)
+        bld.position_at_end(call_bb)
+        rc = bld.call(self.body_fn, self.args + [bld.add(self.begin, lo), bld.add(self.begin, hi)])
+        bld.cbranch(bld.icmp_signed("!=", rc, ir.Constant(L.I32, 0)), err_bb, after)
+        bld.position_at_end(err_bb)
+        bld.atomic_rmw("or", _field(bld, self.closure, self.closure_t, _ERR), rc, "monotonic")
+        bld.branch(after)
+
+
 def _chunk_function(ctx, body_fn: ir.Function, closure_t, ncaptured: int) -> ir.Function:
-    """``void chunk(ptr closure, i64 c, i64 C)`` (thread_pool.CHUNK_TYPE): runs the body on
+    """``void chunk(ptr closure, i64 c, i64 C)`` (thread_pool_ir.CHUNK_TYPE): runs the body on
     ``[begin + extent*c/C, begin + extent*(c+1)/C)`` and ORs a failure into the closure."""
-    fn = ir.Function(ctx.module, thread_pool.CHUNK_TYPE, body_fn.name[:-5])
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
+    fn = _internal_function(ctx.module, CHUNK_TYPE, body_fn.name[:-5])
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     closure, chunk, nchunks = fn.args
-    one = ir.Constant(L.I64, 1)
-
-    def load(i, t):
-        return bld.load(_field(bld, closure, closure_t, i), typ=t)
-
-    begin, extent = load(_BEGIN, L.I64), load(_EXTENT, L.I64)
-    lo = bld.sdiv(bld.mul(extent, chunk), nchunks)
-    hi = bld.sdiv(bld.mul(extent, bld.add(chunk, one)), nchunks)
-    call_bb, err_bb, done_bb = (fn.append_basic_block(n) for n in ("call", "record_error", "done"))
-    bld.cbranch(bld.icmp_signed("<", lo, hi), call_bb, done_bb)
-    bld.position_at_end(call_bb)
-    args = [load(_CAPTURED + i, closure_t.elements[_CAPTURED + i]) for i in range(ncaptured)]
-    rc = bld.call(body_fn, args + [bld.add(begin, lo), bld.add(begin, hi)])
-    bld.cbranch(bld.icmp_signed("!=", rc, ir.Constant(L.I32, 0)), err_bb, done_bb)
-    bld.position_at_end(err_bb)
-    bld.atomic_rmw("or", _field(bld, closure, closure_t, _ERR), rc, "monotonic")
-    bld.branch(done_bb)
+    caller = _ChunkCaller(bld, closure, closure_t, body_fn, ncaptured)
+    done_bb = fn.append_basic_block("done")
+    caller.call_chunk(chunk, nchunks, done_bb)
     bld.position_at_end(done_bb)
     bld.ret_void()
     return fn
@@ -274,22 +275,14 @@ def _chunk_function(ctx, body_fn: ir.Function, closure_t, ncaptured: int) -> ir.
 def _launcher(ctx, body_fn: ir.Function, closure_t, ncaptured: int, schedule: str) -> ir.Function:
     """``void launch(ptr closure)``: run by every thread of the team; calls the body on
     this thread's chunks (see the module docstring for the two schedules)."""
-    fn = ir.Function(ctx.module, ir.FunctionType(L.VOID, [L.PTR]), body_fn.name[:-5])
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
+    fn = _internal_function(ctx.module, ir.FunctionType(L.VOID, [L.PTR]), body_fn.name[:-5])
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     closure = fn.args[0]
     one = ir.Constant(L.I64, 1)
-
-    def load(i, t):
-        return bld.load(_field(bld, closure, closure_t, i), typ=t)
-
-    begin, extent = load(_BEGIN, L.I64), load(_EXTENT, L.I64)
+    caller = _ChunkCaller(bld, closure, closure_t, body_fn, ncaptured)
     nth = bld.sext(bld.call(L.declare(ctx.module, "omp_get_num_threads", L.I32, []), []), L.I64)
-    args = [load(_CAPTURED + i, closure_t.elements[_CAPTURED + i]) for i in range(ncaptured)]
     take_bb = bld.append_basic_block("take")
     run_bb = bld.append_basic_block("run")
-    err_bb = bld.append_basic_block("record_error")
     next_bb = bld.append_basic_block("next_chunk")
     done_bb = bld.append_basic_block("done")
     if schedule == "static":  # chunk t of nth
@@ -300,22 +293,13 @@ def _launcher(ctx, body_fn: ir.Function, closure_t, ncaptured: int, schedule: st
     else:  # chunks = min(extent, CHUNKS_PER_THREAD * nth) (1 on one thread), taken in turn
         many = bld.mul(nth, ir.Constant(L.I64, CHUNKS_PER_THREAD))
         want = bld.select(bld.icmp_signed(">", nth, one), many, one)
-        nchunks = bld.select(bld.icmp_signed("<", extent, want), extent, want)
+        nchunks = bld.select(bld.icmp_signed("<", caller.extent, want), caller.extent, want)
         bld.branch(take_bb)
         bld.position_at_end(take_bb)
         chunk = bld.atomic_rmw("add", _field(bld, closure, closure_t, _NEXT), one, "monotonic")
     bld.cbranch(bld.icmp_signed("<", chunk, nchunks), run_bb, done_bb)
     bld.position_at_end(run_bb)  # here 0 <= chunk < nchunks, so nchunks > 0
-    lo = bld.sdiv(bld.mul(extent, chunk), nchunks)
-    hi = bld.sdiv(bld.mul(extent, bld.add(chunk, one)), nchunks)
-    call_bb = bld.append_basic_block("call")
-    bld.cbranch(bld.icmp_signed("<", lo, hi), call_bb, next_bb)
-    bld.position_at_end(call_bb)
-    rc = bld.call(body_fn, args + [bld.add(begin, lo), bld.add(begin, hi)])
-    bld.cbranch(bld.icmp_signed("!=", rc, ir.Constant(L.I32, 0)), err_bb, next_bb)
-    bld.position_at_end(err_bb)
-    bld.atomic_rmw("or", _field(bld, closure, closure_t, _ERR), rc, "monotonic")
-    bld.branch(next_bb)
+    caller.call_chunk(chunk, nchunks, next_bb)
     bld.position_at_end(next_bb)
     bld.branch(done_bb if schedule == "static" else take_bb)
     bld.position_at_end(done_bb)

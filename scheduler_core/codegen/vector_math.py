@@ -22,12 +22,12 @@ import functools
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from scheduler_core.base.target import host_features
+from scheduler_core.base.llvm_cpu import host_features
+from scheduler_core.ir.intrinsics import Intrinsic
 
 from . import llvm_types as L
 
 MAX_CHUNKS = 64  # wider vectors go to the per-lane fallback (code size)
-FUNCS = ("exp", "log", "sin", "cos", "tanh", "erf", "exp2", "log2", "log10", "pow")
 
 
 @functools.cache
@@ -42,8 +42,9 @@ def _libmvec():
     return lib
 
 
-def _symbol(name: str, dtype: str, max_vector_bytes: int = 64) -> tuple | None:
-    """``(symbol, native lanes)`` of the libmvec function, or ``None``.
+def _symbol(libm: str, dtype: str, max_vector_bytes: int = 64, arity: int = 1) -> tuple | None:
+    """``(symbol, native lanes)`` of the libmvec version of the libm function ``libm`` (double
+    name) of ``arity`` vector arguments, or ``None``.
 
     max_vector_bytes: the widest vector the code may use (the build target's vector unit:
     an export for an AVX2 CPU built on an AVX-512 host must not call the AVX-512 variant).
@@ -52,8 +53,7 @@ def _symbol(name: str, dtype: str, max_vector_bytes: int = 64) -> tuple | None:
     if lib is None:
         return None
     features = host_features().split(",")
-    params = "vv" if name == "pow" else "v"
-    suffix = f"{params}_{name}{'f' if dtype == 'float32' else ''}"
+    suffix = f"{'v' * arity}_{libm}{'f' if dtype == 'float32' else ''}"
     # Widest first: AVX-512 ("e", 512-bit), AVX2 ("d", 256-bit), SSE ("b", 128-bit).
     for isa, bits, need in (("e", 512, "+avx512f"), ("d", 256, "+avx2"), ("b", 128, None)):
         if (need is not None and need not in features) or bits > 8 * max_vector_bytes:
@@ -65,16 +65,18 @@ def _symbol(name: str, dtype: str, max_vector_bytes: int = 64) -> tuple | None:
     return None
 
 
-def mvec_call(em, name: str, args: list, dtype: str):
-    """Emit ``name(args)`` on vectors with libmvec, or return ``None`` if not possible.
+def mvec_call(em, row: Intrinsic, args: list, dtype: str):
+    """Emit the intrinsic ``row`` (ir/intrinsics.py) on vectors with libmvec, or return
+    ``None`` if not possible (a scalar, float16, a row without ``mvec``, no such symbol).
 
     em: the emitter (``builder``, ``module``; ``ctx.vector_bytes``, the build target's vector
     unit in bytes, bounds the variant chosen).  args: LLVM vectors of ``dtype``.
     """
     lanes = L.lanes_of(args[0])
-    if name not in FUNCS or dtype not in ("float32", "float64") or lanes == 1:
+    if not row.mvec or row.libm is None or dtype not in ("float32", "float64") or lanes == 1:
         return None
-    found = _symbol(name, dtype, getattr(getattr(em, "ctx", None), "vector_bytes", 64))
+    vector_bytes = getattr(getattr(em, "ctx", None), "vector_bytes", 64)
+    found = _symbol(row.libm, dtype, vector_bytes, row.arity)
     if found is None:
         return None
     sym, width = found

@@ -21,16 +21,10 @@ from typing import Any
 
 from scheduler_core.ir.expr import BinaryOp, Call, Expr, IntImm, Select, TensorLoad, Var
 from scheduler_core.ir.expr_functor import structural_equal, walk
+from scheduler_core.ir.intrinsics import EXPENSIVE_CALLS, EXPENSIVE_OPERATORS
 from scheduler_core.ir.simplify import const_value
 
 from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor
-
-# Intrinsics that make an op too costly to recompute at every use (Ansor checks
-# only ``exp``; the other transcendental functions cost as much).
-EXPENSIVE_INTRINSICS = frozenset({
-    "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
-    "sin", "cos",
-})
 
 # Ansor's ``SearchPolicyKey::simplify_const_tensor_indices``: an op with this attr
 # is a "fake reduction" over constant tensors and is never multi-level tiled.
@@ -103,9 +97,11 @@ def access_pattern(op: Any, indices: tuple) -> AccessPattern | None:
 
 
 def has_expensive_op(e: Expr) -> bool:
-    """Whether ``e`` calls a transcendental intrinsic or ``pow``."""
-    return any((isinstance(n, Call) and n.name in EXPENSIVE_INTRINSICS)
-               or (isinstance(n, BinaryOp) and n.op == "pow") for n in walk(e))
+    """Whether ``e`` calls an intrinsic of the expensive cost class (ir/intrinsics.py: the
+    transcendental ones, ``sqrt`` and ``pow``), too costly to recompute at every use (Ansor
+    checks only ``exp``; the others cost as much)."""
+    return any((isinstance(n, Call) and n.name in EXPENSIVE_CALLS)
+               or (isinstance(n, BinaryOp) and n.op in EXPENSIVE_OPERATORS) for n in walk(e))
 
 
 def has_branch(e: Expr) -> bool:

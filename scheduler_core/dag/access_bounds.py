@@ -5,7 +5,7 @@
 For each ComputeOp the iteration domain is its spatial axes (``0 .. extent-1``) and the
 axes of any reduction (``dom_min .. dom_min+extent-1``); every ``TensorLoad`` index is
 evaluated over that domain with the interval arithmetic lowering uses
-(:func:`scheduler_core.ir.bound.interval`) and must lie in ``0 .. dim-1``.
+(:func:`scheduler_core.arith.int_set.interval`) and must lie in ``0 .. dim-1``.
 
 Narrowing.  ``if_then_else(cond, a, b)`` checks ``a`` under ``cond`` and ``b`` under
 ``not cond``; a reduction's ``condition`` holds for its source.  A condition narrows when
@@ -49,13 +49,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler_core.arith.int_set import Interval, interval, range_interval
+from scheduler_core.arith.linear_form import linear_form, signature
 from scheduler_core.base.errors import InvalidWorkloadError
-from scheduler_core.ir.bound import Interval, interval, linear_form
 from scheduler_core.ir.expr import (
     BinaryOp,
     CmpOp,
     Expr,
-    IntImm,
     LogicalOp,
     Not,
     Reduce,
@@ -71,7 +71,7 @@ from scheduler_core.ir.simplify import const_value, simplify
 
 from .tensor import ComputeOp, ScanOp
 
-MAX_INDEX_DEPTH = 200  # deeper index/condition expressions are not analysed (bound.py recurses)
+MAX_INDEX_DEPTH = 200  # deeper index/condition expressions are not analysed (arith.int_set recurses)
 
 _NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
 
@@ -166,10 +166,6 @@ def _bounds(iv: Interval | None) -> tuple[int, int] | None:
     return lo, lo + ext - 1
 
 
-def _range(lo: int, hi: int) -> Interval:
-    return Interval(IntImm(lo), IntImm(hi - lo + 1))
-
-
 def _check_compute(op: ComputeOp, scan: ScanOp | None, path: str) -> None:
     env: dict = {}
     for j, iv in enumerate(op.axis):
@@ -255,10 +251,6 @@ def _check_load(op: ComputeOp, load: TensorLoad, ctx: _Ctx, path: str) -> None:
                 f"but {t.name} has {dim} elements along dimension {d}", path)
 
 
-def _signature(terms: dict) -> frozenset:
-    return frozenset((k, c) for k, (_, c) in terms.items())
-
-
 def _affine_clip(idx: Expr, ctx: _Ctx, b: tuple[int, int]) -> tuple[int, int]:
     """Intersect ``b`` with the affine bounds of ``ctx`` that constrain ``idx``'s terms."""
     lo, hi = b
@@ -267,7 +259,7 @@ def _affine_clip(idx: Expr, ctx: _Ctx, b: tuple[int, int]) -> tuple[int, int]:
     terms, c = linear_form(idx)
     if not terms:
         return lo, hi
-    sig = _signature(terms)
+    sig = signature(terms)
     neg = frozenset((k, -v) for k, v in sig)
     for s, alo, ahi in ctx.affine:
         if s == sig:
@@ -316,7 +308,7 @@ def _narrow(ctx: _Ctx, cond: Expr, positive: bool) -> _Ctx | None:
             if (lo is not None and lo > 0) or (hi is not None and hi < 0):
                 return None  # a constant comparison that is false
             continue
-        sig = _signature(terms)
+        sig = signature(terms)
         if sig in affine:  # one entry per signature: deep nests of conditions stay cheap
             plo, phi = affine[sig]
             lo = plo if lo is None else lo if plo is None else max(lo, plo)
@@ -343,7 +335,7 @@ def _narrow(ctx: _Ctx, cond: Expr, positive: bool) -> _Ctx | None:
                         vlo = max(vlo, -(-hi // coef))
                 if vlo > vhi:
                     return None
-                env[atom] = _range(vlo, vhi)
+                env[atom] = range_interval(vlo, vhi)
     return _Ctx(env, tuple((s, lo, hi) for s, (lo, hi) in affine.items()))
 
 
@@ -363,7 +355,7 @@ def _exclude(env: dict, terms: dict, bound: int) -> bool:
         vhi -= 1
     if vlo > vhi:
         return False
-    env[atom] = _range(vlo, vhi)
+    env[atom] = range_interval(vlo, vhi)
     return True
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
+from scheduler_core.arith.int_set import Interval
 from scheduler_core.base.errors import InvalidWorkloadError
-from scheduler_core.ir.bound import Interval
 from scheduler_core.ir.expr import Expr, IntImm, IterVar, Var, is_int
 from scheduler_core.ir.expr_functor import free_vars
 from scheduler_core.ir.simplify import const_value
@@ -171,16 +172,22 @@ class _Encoder(ExprEncoder):
                 "extent": self.expr(iv.dom_extent, k)}
 
     def attrs(self, attrs: dict, k: int) -> dict:
-        out = {}
-        for key, val in attrs.items():
-            where = f"ops[{k}].attrs.{key}"
-            if not isinstance(key, str):
-                fail_at(f"attr key {key!r} is not a string", f"ops[{k}].attrs")
-            if key == TENSOR_ATTR:
-                out[key] = [self.ref(t, k, f"{where}[{j}]") for j, t in enumerate(val)]
-            else:
-                out[key] = _plain_json(val, where)
-        return out
+        def refs(val: Any, where: str) -> list:
+            return [self.ref(t, k, f"{where}[{j}]") for j, t in enumerate(val)]
+        return map_attrs(attrs, f"ops[{k}].attrs", refs, _plain_json)
+
+
+def map_attrs(attrs: dict, path: str, tensors: Callable[[Any, str], list],
+              plain: Callable[[Any, str], Any]) -> dict:
+    """``attrs`` (an op's attrs, at ``path``) with the :data:`TENSOR_ATTR` list mapped by
+    ``tensors(value, where)`` and every other value by ``plain(value, where)``; the
+    encoder and the decoder share it.  Fails (InvalidWorkloadError) on a non-string key."""
+    out = {}
+    for key, val in attrs.items():
+        if not isinstance(key, str):
+            fail_at(f"attr key {key!r} is not a string", path)
+        out[key] = (tensors if key == TENSOR_ATTR else plain)(val, f"{path}.{key}")
+    return out
 
 
 def _plain_json(val: Any, where: str, depth: int = 0) -> Any:
@@ -257,10 +264,7 @@ class _Decoder(ExprDecoder):
         path = f"ops[{k}]"
         if not isinstance(o, dict):
             fail_at(f"an op must be a JSON object, not {type(o).__name__}", path)
-        kind = o.get("kind")
-        if not isinstance(kind, str) or kind not in _OP_FIELDS:
-            fail_at(f"unknown op kind {kind!r} (expected one of {', '.join(_OP_FIELDS)})", f"{path}.kind")
-        self.fields(o, path, ("kind",) + _OP_FIELDS[kind], f"a {kind} op")
+        kind = self.kind_fields(o, path, _OP_FIELDS, "op", f" (expected one of {', '.join(_OP_FIELDS)})")
         name = self.typed(o, "name", path, str)
         self.refs = []
         if kind == "placeholder":
@@ -358,19 +362,11 @@ class _Decoder(ExprDecoder):
         return op, bound
 
     def attrs(self, o: dict, path: str, k: int) -> dict:
-        attrs = self.typed(o, "attrs", path, dict)
-        out = {}
-        for key, val in attrs.items():
-            where = f"{path}.attrs.{key}"
-            if not isinstance(key, str):
-                fail_at(f"attr key {key!r} is not a string", f"{path}.attrs")
-            if key == TENSOR_ATTR:
-                if not isinstance(val, list):
-                    fail_at("must be a list of tensor references", where)
-                out[key] = [self.tensor_ref(r, f"{where}[{j}]", k) for j, r in enumerate(val)]
-            else:
-                out[key] = self.plain(val, where)
-        return out
+        def refs(val: Any, where: str) -> list:
+            if not isinstance(val, list):
+                fail_at("must be a list of tensor references", where)
+            return [self.tensor_ref(r, f"{where}[{j}]", k) for j, r in enumerate(val)]
+        return map_attrs(self.typed(o, "attrs", path, dict), f"{path}.attrs", refs, self.plain)
 
     def plain(self, val: Any, path: str) -> Any:
         """Check an attr value (JSON scalars and lists) iteratively; returns it."""

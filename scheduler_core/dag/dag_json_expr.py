@@ -15,8 +15,9 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from scheduler_core.arith.const_int_bound import DTYPE_RANGE
+from scheduler_core.arith.int_set import interval
 from scheduler_core.base.errors import InvalidWorkloadError
-from scheduler_core.ir.bound import interval
 from scheduler_core.ir.expr import (
     BINARY_OPS,
     CMP_OPS,
@@ -37,12 +38,12 @@ from scheduler_core.ir.expr import (
     Select,
     TensorLoad,
     Var,
-    dtype_bits,
     expr_str,
     is_float,
     is_int,
 )
 from scheduler_core.ir.expr_functor import children, depth
+from scheduler_core.ir.intrinsics import INTRINSIC_BY_NAME
 from scheduler_core.ir.simplify import const_value, simplify
 
 from .tensor import Tensor
@@ -51,7 +52,7 @@ INT_OR_BOOL = tuple(d for d in DTYPES if not is_float(d))
 FLOATS = tuple(d for d in DTYPES if is_float(d))
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 _DIVISIONS = ("div", "floordiv", "floormod")
-MAX_DIVISOR_DEPTH = 200  # deeper divisors get only the constant check (bound.py recurses)
+MAX_DIVISOR_DEPTH = 200  # deeper divisors get only the constant check (arith.int_set recurses)
 _EXPR_FIELDS = {
     "int": ("value", "dtype"), "float": ("value", "dtype"), "var": ("id",),
     "binary": ("op", "a", "b", "dtype"), "cmp": ("op", "a", "b"), "logical": ("op", "a", "b"),
@@ -150,13 +151,6 @@ def is_json_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _int_range(dtype: str) -> tuple[int, int]:
-    if dtype == "bool":
-        return 0, 1
-    bits = dtype_bits(dtype)
-    return (0, 2**bits - 1) if dtype.startswith("uint") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-
-
 class ExprDecoder:
     """JSON -> expression, validating; the subclass sets the counters and scope
     (``nodes``, ``max_nodes``, ``max_depth``, ``refs``, ``bound``, ``index_env``) and
@@ -195,6 +189,16 @@ class ExprDecoder:
         if extra:
             fail_at(f"{what} has unknown field(s) {', '.join(map(repr, extra))}", path)
         return obj
+
+    def kind_fields(self, obj: dict, path: str, kinds: dict, what: str, hint: str = "") -> str:
+        """The ``"kind"`` of the object ``obj`` at ``path``, a key of ``kinds`` (kind -> its other
+        fields), after checking that ``obj`` has exactly the fields of its kind; ``what``
+        names the objects ("op"), ``hint`` ends the unknown-kind message."""
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or kind not in kinds:
+            fail_at(f"unknown {what} kind {kind!r}{hint}", f"{path}.kind")
+        self.fields(obj, path, ("kind",) + kinds[kind], f"a {kind} {what}")
+        return kind
 
     def typed(self, obj: dict, key: str, path: str, kind: type) -> Any:
         val = obj[key]
@@ -252,11 +256,7 @@ class ExprDecoder:
     def expr_kind(self, o: Any, path: str) -> str:
         if not isinstance(o, dict):
             fail_at(f"an expression must be an integer or an object, not {type(o).__name__}", path)
-        kind = o.get("kind")
-        if not isinstance(kind, str) or kind not in _EXPR_FIELDS:
-            fail_at(f"unknown expression kind {kind!r}", f"{path}.kind")
-        self.fields(o, path, ("kind",) + _EXPR_FIELDS[kind], f"a {kind} expression")
-        return kind
+        return self.kind_fields(o, path, _EXPR_FIELDS, "expression")
 
     def expr_children(self, kind: str, o: dict, p: str) -> list:
         """``[(json, path, forbid_loads)]`` of the sub-expressions, in build order."""
@@ -285,7 +285,7 @@ class ExprDecoder:
     def int_const(self, value: Any, dtype: str, path: str) -> IntImm:
         if not is_json_int(value):
             fail_at(f"an integer constant needs an integer value, not {value!r}", path)
-        lo, hi = _int_range(dtype)
+        lo, hi = DTYPE_RANGE[dtype]
         if not lo <= value <= hi:
             fail_at(f"{value} is out of range for {dtype}", path)
         return IntImm(value, dtype)
@@ -327,14 +327,22 @@ class ExprDecoder:
         if kind == "cast":
             return Cast(kids[0], self.dtype(o, p))
         if kind == "call":
-            if o["name"] not in INTRINSICS:
-                fail_at(f"unknown intrinsic {o['name']!r}", f"{p}.name")
-            if len(kids) != 1:
-                fail_at(f"intrinsic {o['name']} takes 1 argument, got {len(kids)}", f"{p}.args")
-            return Call(o["name"], tuple(kids), self.dtype(o, p))
+            return self.call(o, p, kids)
         if kind == "load":
             return self.load(o, p, kids, k)
         return self.reduce(o, p, kids)
+
+    def call(self, o: dict, p: str, kids: list) -> Call:
+        """A ``call`` node: a Call name of ir/intrinsics.py with its number of arguments,
+        which share one dtype."""
+        if o["name"] not in INTRINSICS:
+            fail_at(f"unknown intrinsic {o['name']!r}", f"{p}.name")
+        arity = INTRINSIC_BY_NAME[o["name"]].arity
+        if len(kids) != arity:
+            fail_at(f"intrinsic {o['name']} takes {arity} argument(s), got {len(kids)}", f"{p}.args")
+        if len({k.dtype for k in kids}) > 1:
+            fail_at(f"arguments have dtypes {', '.join(k.dtype for k in kids)}", f"{p}.args")
+        return Call(o["name"], tuple(kids), self.dtype(o, p))
 
     def check_divisor(self, op: str, b: Expr, path: str) -> None:
         """Reject ``op`` (a division or modulo in an index context) by a divisor that is always 0."""

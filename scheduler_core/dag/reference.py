@@ -29,7 +29,7 @@ identity of a ``max`` reduction is the lowest finite value (``te.min_value``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ from scheduler_core.ir.expr import (
     is_float,
 )
 from scheduler_core.ir.expr_functor import children
+from scheduler_core.ir.intrinsics import INTRINSIC_BY_NAME
 
 from .compute_dag import ComputeDAG
 from .shape_binding import as_dag, bind_shapes, input_arrays, resolve_bindings
@@ -69,14 +70,6 @@ _BINARY = {
 _CMP = {
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal,
-}
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),
-    "tanh": np.tanh, "sigmoid": lambda x: np.reciprocal(1 + np.exp(-x)), "fabs": np.abs,
-    "abs": np.abs, "erf": _erf, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
-    "sin": np.sin, "cos": np.cos, "exp2": np.exp2, "log2": np.log2, "log10": np.log10,
-    "trunc": np.trunc,
 }
 _REDUCE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -220,11 +213,10 @@ class _ExprEvaluator:
 
     def _Call(self, e: Call, mask):
         args = [self.eval(a, mask) for a in e.args]
-        if e.name == "pow" and len(args) == 2:
-            return np.power(*args)
-        if e.name not in _UNARY or len(args) != 1:
+        row = INTRINSIC_BY_NAME.get(e.name)
+        if row is None or row.arity != len(args):
             raise InvalidWorkloadError(f"{self.where}: unknown intrinsic {e.name}/{len(args)}")
-        return _UNARY[e.name](args[0])
+        return row.numpy(*args)
 
     def _Reduce(self, e: Reduce, mask):
         raise InvalidWorkloadError(f"{self.where}: a reduction must be the whole body of a compute")

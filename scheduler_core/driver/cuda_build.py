@@ -18,7 +18,8 @@ import numpy as np
 
 from scheduler_core.base.target import Target
 from scheduler_core.codegen import compile_primfunc
-from scheduler_core.codegen.cuda_codegen import cuda_source, launch_description
+from scheduler_core.codegen.cuda_codegen import cuda_source
+from scheduler_core.codegen.cuda_launch import launch_description
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.simplify import const_value
 from scheduler_core.lowering.gpu import lower_for_gpu
@@ -85,7 +86,7 @@ def build_cuda(func: T.PrimFunc, target: Target, name: str, cubin: bytes | None 
     source = cuda_source(kf, target)
     launch = launch_description(kf)
     launch["max_vthread_extent"] = max_vthread_extent(func.body)
-    arch = target_arch(target)
+    arch = target.arch
     device_module = CudaSourceModule(
         source, launch["kernels"], arch,
         ptx=ptx if ptx is not None else (lambda: compile_cuda(source, arch=arch, fmt="ptx")),
@@ -106,8 +107,3 @@ def max_vthread_extent(s: T.Stmt) -> int:
             best = max(best, outer)
         stack.extend((c, outer) for c in T.stmt_children(st) if isinstance(c, T.Stmt))
     return best
-
-
-def target_arch(target: Target) -> str:
-    """The ``-arch`` of a cuda target (``sm_80`` when not given)."""
-    return target.arch

@@ -37,20 +37,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core.base.errors import BuildError
+from scheduler_core.base.gpu_spec import BLOCK_DIM_MAX, CUDA_MAX_VECTOR_BYTES, GRID_DIM_MAX
 from scheduler_core.base.target import HardwareParams, Target
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import expr_functor as EF
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.simplify import const_value
+from scheduler_core.ir.stmt_functor import stmt_exprs, stmt_loads
 
 from .nvcc import nvcc_available, ptxas_info
 
 __all__ = ["InvalidGpuProgramError", "GpuCheckLimits", "gpu_check_limits", "kernel_resources",
            "gpu_program_problems", "check_gpu_program", "MAX_VECTOR_BYTES"]
 
-MAX_VECTOR_BYTES = 16  # float4 / int4: CUDA's widest single load or store
-BLOCK_DIM_MAX = (1024, 1024, 64)           # threadIdx.x, .y, .z
-GRID_DIM_MAX = (2 ** 31 - 1, 65535, 65535)  # blockIdx.x, .y, .z
+MAX_VECTOR_BYTES = CUDA_MAX_VECTOR_BYTES  # float4 / int4: CUDA's widest single load or store
 
 
 class InvalidGpuProgramError(BuildError):
@@ -122,43 +122,11 @@ def _int(x: Any) -> int | None:
     return None
 
 
-def _dtype_bytes(dtype: str) -> int:
-    return max(1, (E.dtype_bits(dtype) + 7) // 8)
-
-
-def _alloc_bytes(b: T.Buffer) -> int | None:
-    n = 1
-    for d in b.shape:
-        v = const_value(d)
-        if not isinstance(v, int):
-            return None
-        n *= v
-    return max(n, 1) * _dtype_bytes(b.dtype)
-
-
-def _stmt_exprs(s: T.Stmt) -> list:
-    if isinstance(s, T.For):
-        return [s.min, s.extent]
-    if isinstance(s, T.Store):
-        return [s.index, s.value] + ([] if s.predicate is None else [s.predicate])
-    if isinstance(s, T.IfThenElse):
-        return [s.cond]
-    if isinstance(s, (T.LetStmt, T.Evaluate)):
-        return [s.value]
-    return []
-
-
 def _access_bytes(s: T.Stmt) -> int:
     """The largest element size (bytes) of a load or store under ``s`` (0: none)."""
-    best = 0
-    for st in T.walk_stmts(s):
-        if isinstance(st, T.Store):
-            best = max(best, _dtype_bytes(st.buffer.dtype))
-        for e in _stmt_exprs(st):
-            for n in EF.walk(e):
-                if isinstance(n, E.BufferLoad):
-                    best = max(best, _dtype_bytes(n.buffer.dtype))
-    return best
+    stored = (st.buffer for st in T.walk_stmts(s) if isinstance(st, T.Store))
+    loaded = (ld.buffer for ld in stmt_loads(s))
+    return max((T.dtype_bytes(b.dtype) for bufs in (stored, loaded) for b in bufs), default=0)
 
 
 def _lanes(e: E.Expr) -> int:
@@ -182,14 +150,14 @@ def _vector_bytes(kernel: T.Stmt) -> tuple[int, str]:
                     best, where = nbytes, f"vectorized loop {st.loop_var.name} ({ext} lanes)"
         if isinstance(st, T.Store):
             lanes = _lanes(st.index)
-            nbytes = lanes * _dtype_bytes(st.buffer.dtype)
+            nbytes = lanes * T.dtype_bytes(st.buffer.dtype)
             if lanes > 1 and nbytes > best:
                 best, where = nbytes, f"vector store to {st.buffer.name} ({lanes} lanes)"
-        for e in _stmt_exprs(st):
+        for e in stmt_exprs(st):
             for n in EF.walk(e):
                 if isinstance(n, E.BufferLoad) and _lanes(n.index) > 1:
                     lanes = _lanes(n.index)
-                    nbytes = lanes * _dtype_bytes(n.buffer.dtype)
+                    nbytes = lanes * T.dtype_bytes(n.buffer.dtype)
                     if nbytes > best:
                         best, where = nbytes, f"vector load of {n.buffer.name} ({lanes} lanes)"
     return best, where
@@ -200,7 +168,8 @@ def _local_bytes(kernel: T.Stmt) -> int:
     total = 0
     for st in T.walk_stmts(kernel):
         if isinstance(st, T.Allocate) and st.buffer.scope == "local":
-            total += _alloc_bytes(st.buffer) or 0
+            n = st.buffer.num_elements  # (a zero-size buffer still gets one element)
+            total += 0 if n is None else max(n, 1) * T.dtype_bytes(st.buffer.dtype)
     return total
 
 
@@ -331,5 +300,5 @@ def check_gpu_program(module: Any, target: Any = None, hardware_params: Hardware
     if problems:
         t = Target.parse(target if target is not None else module.target)
         text = "; ".join(p[4] for p in problems)
-        raise InvalidGpuProgramError(f"invalid GPU program for {t.str!r} (VerifyGPUCode): {text}",
+        raise InvalidGpuProgramError(f"invalid GPU program for {str(t)!r} (VerifyGPUCode): {text}",
                                      tuple(p[:4] for p in problems))

@@ -20,6 +20,7 @@ import tempfile
 import threading
 
 from scheduler_core.base.errors import BuildError
+from scheduler_core.base.gpu_spec import CUDA_DEFAULT_ARCH
 
 __all__ = ["compile_cuda", "find_tool", "nvcc_available", "nvcc_version", "parse_ptxas_info",
            "ptxas_info"]
@@ -124,7 +125,7 @@ def _explain(stderr: str, source: str, tmpdir: str) -> str:
     return out
 
 
-def compile_cuda(source: str, arch: str = "sm_80", fmt: str = "ptx", options=(),
+def compile_cuda(source: str, arch: str = CUDA_DEFAULT_ARCH, fmt: str = "ptx", options=(),
                  timeout: float = TIMEOUT_S) -> bytes:
     """Compile CUDA C ``source`` with nvcc to ``fmt`` (``"ptx"``, ``"cubin"`` or ``"fatbin"``)
     for ``arch``; returns the file's bytes.  ``options``: extra nvcc flags (e.g.
@@ -172,13 +173,7 @@ def parse_ptxas_info(text: str) -> dict:
     out: dict = {}
     current: str | None = None
     for line in text.splitlines():
-        m = _ENTRY.search(line)
-        if m:
-            current = m.group(1)
-            out.setdefault(current, {"registers": 0, "shared_bytes": 0, "spill_stores": 0,
-                                     "spill_loads": 0, "stack_bytes": 0, "cmem_bytes": 0})
-            continue
-        m = _PROPS.search(line)
+        m = _ENTRY.search(line) or _PROPS.search(line)
         if m:
             current = m.group(1)
             out.setdefault(current, {"registers": 0, "shared_bytes": 0, "spill_stores": 0,
@@ -201,7 +196,7 @@ def parse_ptxas_info(text: str) -> dict:
     return out
 
 
-def ptxas_info(ptx: bytes | str, arch: str = "sm_80", timeout: float = TIMEOUT_S) -> dict:
+def ptxas_info(ptx: bytes | str, arch: str = CUDA_DEFAULT_ARCH, timeout: float = TIMEOUT_S) -> dict:
     """Assemble ``ptx`` with ``ptxas -v`` for ``arch``; per kernel name, its ``registers``,
     static ``shared_bytes``, ``spill_stores``/``spill_loads`` (bytes), ``stack_bytes`` and
     ``cmem_bytes``.  Cached per process.  Raises BuildError (ptxas missing or failing)."""

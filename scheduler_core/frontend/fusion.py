@@ -33,6 +33,7 @@ import numpy as np
 from scheduler_core import te
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.graph.ir import Call, Graph, GraphVar, PrimFunction, TensorType
+from scheduler_core.ir.name_supply import fresh_name
 
 from . import ops
 from .ops import Operand
@@ -111,12 +112,7 @@ class GraphBuilder:
 
     # -- names and values ----------------------------------------------------------
     def fresh(self, name: str) -> str:
-        base = sanitize(name)
-        out, k = base, 1
-        while out in self._names:
-            out, k = f"{base}_{k}", k + 1
-        self._names.add(out)
-        return out
+        return fresh_name(sanitize(name), self._names)
 
     def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
         n = self.fresh(name)

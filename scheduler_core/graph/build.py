@@ -158,8 +158,8 @@ def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | 
     if not isinstance(graph, Graph):
         raise InvalidWorkloadError(f"build_graph needs a Graph, got {type(graph).__name__}", "graph")
     t = Target.parse(target)
-    if t.kind != "llvm":
-        raise BuildError(f"build_graph compiles for CPU (llvm) targets only, not {t.str!r}; "
+    if t.is_gpu:
+        raise BuildError(f"build_graph compiles for CPU (llvm) targets only, not {str(t)!r}; "
                          f"build a single tensor program for cuda with sc.build")
     if params:
         graph = graph.bind_params(params)
@@ -287,4 +287,4 @@ class GraphModule:
 
     def __repr__(self) -> str:
         return (f"GraphModule({len(self.graph.calls)} calls, {self.num_modules} compiled programs, "
-                f"target={self.target.str!r}, schedules={self.schedule_sources})")
+                f"target={str(self.target)!r}, schedules={self.schedule_sources})")

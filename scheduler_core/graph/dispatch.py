@@ -21,17 +21,20 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from scheduler_core.base.context_stack import ContextStack
 from scheduler_core.base.errors import InvalidWorkloadError, RecordFormatError, SchedulerCoreError
 from scheduler_core.base.target import Target
-from scheduler_core.measure.data import MeasureErrorNo, MeasureInput, MeasureResult
-from scheduler_core.measure.record import RawRecord, iter_lines, load_best_record
+from scheduler_core.measure.data import MeasureInput, MeasureResult
+from scheduler_core.measure.record import RawRecord
+from scheduler_core.measure.record_file import iter_lines, load_best_record
 
-_STACK: list = []
+_SCOPES: ContextStack[ApplyHistoryBest] = ContextStack("autosched_apply_history_best")
 
 
 def current() -> ApplyHistoryBest | None:
-    """The innermost active :class:`ApplyHistoryBest` (None when no ``with`` block is active)."""
-    return _STACK[-1] if _STACK else None
+    """The innermost active :class:`ApplyHistoryBest` of this thread (None when no ``with`` block
+    is active)."""
+    return _SCOPES.current()
 
 
 def _canonical(target: Any) -> Target | None:
@@ -94,18 +97,18 @@ class ApplyHistoryBest:
             seen += 1
             if n_lines is not None and seen > n_lines:
                 break
-            if item.error_no != MeasureErrorNo.NO_ERROR or item.is_tvm:
+            cost = item.cost
+            if cost is None or item.is_tvm:
                 continue
             t = self._target_of(item.target)
             if t is None:
                 continue
-            key = (item.workload_key, t.str)
-            cost = item.median_cost
+            key = (item.workload_key, str(t))
             if key not in self._index or cost < self._index[key][0]:
                 self._index[key] = (cost, item.target, path)
 
     def _add_pair(self, inp: MeasureInput, res: MeasureResult) -> None:
-        if res.error_no != MeasureErrorNo.NO_ERROR or res.cost is None:
+        if res.cost is None:
             return
         key = (str(inp.task.workload_key), str(inp.task.target))
         if key not in self._pairs or res.cost < self._pairs[key][0]:
@@ -125,7 +128,7 @@ class ApplyHistoryBest:
     def query_record(self, workload_key: str, target: Any, dag: Any = None):
         """``(State, cost in seconds)`` of the best record, or None (see :meth:`query`)."""
         t = Target.parse(target)
-        key = (workload_key, t.str)
+        key = (workload_key, str(t))
         if key not in self._cache:
             self._cache[key] = self._lookup(workload_key, t, dag)
         found = self._cache[key]
@@ -134,7 +137,7 @@ class ApplyHistoryBest:
         return found
 
     def _best(self, table: dict, workload_key: str, t: Target):
-        exact = table.get((workload_key, t.str))
+        exact = table.get((workload_key, str(t)))
         if exact is not None:
             return exact
         same_kind = [v for (k, ts), v in table.items()
@@ -170,12 +173,11 @@ class ApplyHistoryBest:
     # -- the context -------------------------------------------------------------
     def __enter__(self) -> ApplyHistoryBest:
         self._outer = current()
-        _STACK.append(self)
+        _SCOPES.push(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        if _STACK and _STACK[-1] is self:
-            _STACK.pop()
+        _SCOPES.pop(self)
         self._outer = None
 
     def __repr__(self) -> str:

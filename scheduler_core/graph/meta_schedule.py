@@ -21,16 +21,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from cost_model import LGBMModel
 from scheduler_core.base.errors import InvalidWorkloadError, SchedulerCoreError
 from scheduler_core.measure.data import MeasureInput
-from scheduler_core.measure.record import RecordToFile, load_best_record
+from scheduler_core.measure.record_file import RecordToFile, load_best_record
 from scheduler_core.schedule.schedule_printer import state_to_python
 from scheduler_core.search.program_measurer import ProgramMeasurer
 from scheduler_core.search.search_policy import PreloadMeasuredStates, SketchPolicy, state_key
 from scheduler_core.search.search_task import SearchTask
 from scheduler_core.search.tuning_options import TuningOptions
-from sketch_rules import SketchPolicyParams
 
 from .build import default_state
 from .ir import PrimFunction
@@ -50,15 +48,16 @@ class TuneConfig:
     once before the search, as one more record and a seed of the search's population, so the
     returned schedule is never slower than the untuned one as measured."""
 
-    max_trials_global: int = 64
-    num_trials_per_iter: int = 64
+    # The defaults are TuningOptions' own.
+    max_trials_global: int = TuningOptions.num_measure_trials
+    num_trials_per_iter: int = TuningOptions.num_measures_per_round
     max_trials_per_task: int | None = None
-    population: int = 2048
-    num_iters: int = 4
-    seed: int = 0
-    verbose: int = 1
-    min_repeat_ms: float = 40.0
-    repeat: int = 3
+    population: int = TuningOptions.population
+    num_iters: int = TuningOptions.num_iters
+    seed: int = TuningOptions.seed
+    verbose: int = TuningOptions.verbose
+    min_repeat_ms: float = TuningOptions.min_repeat_ms
+    repeat: int = TuningOptions.repeat
     measure_default: bool = True
 
     def tuning_options(self, log_file: str) -> TuningOptions:
@@ -118,9 +117,7 @@ def tune_tir(mod: Any, target: Any, config: TuneConfig | None = None, work_dir: 
     options = config.tuning_options(log_file)
     task = SearchTask(compute_dag=func.dag, target=target, desc=task_name)
     preload = [PreloadMeasuredStates(log_file)] if os.path.exists(log_file) else []
-    policy = SketchPolicy(task, LGBMModel(seed=options.seed),
-                          params=SketchPolicyParams(population=options.population, num_iters=options.num_iters),
-                          seed=options.seed, verbose=options.verbose, init_search_callbacks=preload)
+    policy = SketchPolicy.from_options(task, options, init_search_callbacks=preload)
     measurer = ProgramMeasurer.from_options(options)
     try:
         baseline = default_state(func.dag, task.target)

@@ -21,16 +21,16 @@ import numpy as np
 
 from scheduler_core.base.errors import InvalidWorkloadError
 
+from .intrinsics import CALL_INTRINSICS, INTRINSIC_BY_NAME
+
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 FLOAT_DTYPES = ("float16", "float32", "float64")
 DTYPES = INT_DTYPES + FLOAT_DTYPES + ("bool",)
 
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "pow")
 CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
-INTRINSICS = (
-    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "fabs", "erf", "floor", "ceil",
-    "round", "sin", "cos", "exp2", "log2", "log10", "trunc", "abs",
-)
+INTRINSICS = CALL_INTRINSICS  # the names of Call nodes (ir/intrinsics.py's table)
+UNARY_INTRINSICS = tuple(n for n in INTRINSICS if INTRINSIC_BY_NAME[n].arity == 1)
 REDUCERS = ("sum", "max", "min", "prod")
 
 
@@ -401,14 +401,24 @@ def select(cond: Any, t: Any, f: Any) -> Expr:
 
 
 def call(name: str, *args: Any) -> Expr:
-    if name not in INTRINSICS:
+    """The intrinsic ``name`` (a Call name of ir/intrinsics.py) on ``args``.
+
+    The arguments are cast to one dtype (:func:`promote`), float32 when that is not a float
+    and the intrinsic takes no integers.  Raises InvalidWorkloadError for an unknown name or
+    a wrong number of arguments.
+    """
+    row = INTRINSIC_BY_NAME.get(name)
+    if row is None or row.operator:
         raise InvalidWorkloadError(f"unknown intrinsic {name!r}")
+    if len(args) != row.arity:
+        raise InvalidWorkloadError(f"intrinsic {name} takes {row.arity} argument(s), got {len(args)}")
     exprs = tuple(as_expr(a) for a in args)
     dtype = exprs[0].dtype
-    if not is_float(dtype) and name not in ("abs",):
-        exprs = tuple(cast("float32", e) for e in exprs)
+    for e in exprs[1:]:
+        dtype = promote(dtype, e.dtype)
+    if not is_float(dtype) and not row.int_args:
         dtype = "float32"
-    return Call(name, exprs, dtype)
+    return Call(name, tuple(cast(dtype, e) for e in exprs), dtype)
 
 
 # ---------------------------------------------------------------------------

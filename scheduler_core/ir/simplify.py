@@ -2,7 +2,7 @@
 
 ``simplify`` folds constants and drops identities (``x*1``, ``x+0``,
 ``floordiv(x, 1)``...), enough for readable lowered programs; bound-aware
-rewrites (``floordiv(j0*16 + j1, 16) -> j0``) are in ``bound.simplify_divmod``.
+rewrites (``floordiv(j0*16 + j1, 16) -> j0``) are in ``scheduler_core.arith.divmod_form.simplify_divmod``.
 """
 
 from __future__ import annotations

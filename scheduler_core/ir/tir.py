@@ -18,12 +18,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .expr import Expr, Var, expr_str
+from scheduler_core.base.gpu_spec import GPU_TAGS, VTHREAD
 
-LOOP_KINDS = (
-    "serial", "parallel", "vectorized", "unrolled", "vthread",
-    "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
-)
+from .expr import Expr, Var, dtype_bits, expr_str
+from .simplify import const_value
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", VTHREAD) + GPU_TAGS
+
+
+def dtype_bytes(dtype: str, lanes: int = 1) -> int:
+    """Bytes of one value of ``dtype`` with ``lanes`` lanes: ``(bits * lanes + 7) // 8`` (a
+    ``bool`` takes one byte), the one rounding rule of every buffer size."""
+    return (dtype_bits(dtype) * lanes + 7) // 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,6 +47,24 @@ class Buffer:
     scope: str = "global"
 
     __hash__ = object.__hash__
+
+    @property
+    def num_elements(self) -> int | None:
+        """The product of the shape's extents; None when one of them is not a constant."""
+        n = 1
+        for d in self.shape:
+            v = const_value(d)
+            if not isinstance(v, int):
+                return None
+            n *= v
+        return n
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes of the whole buffer (:func:`dtype_bytes` per element); None when the shape is
+        not constant."""
+        n = self.num_elements
+        return None if n is None else n * dtype_bytes(self.dtype)
 
     def __repr__(self) -> str:
         return f"Buffer({self.name}, {self.dtype}, {[str(s) for s in self.shape]}, {self.scope})"

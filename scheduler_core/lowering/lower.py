@@ -9,7 +9,7 @@ Reading guide:
    first: TVM's InferBound), and the buffer that holds it (a function
    argument, a scan's output, a root scratch buffer, or a local buffer sized
    by the region and allocated at the attach point).
-2. ``_Emitter`` builds each stage's loop nest over its leaf iterators, with
+2. ``StmtEmitter`` builds each stage's loop nest over its leaf iterators, with
    the stages attached at each loop placed at the start of that loop's body,
    reductions split into an init nest and an update nest, and ``likely``
    guards for non-divisible splits and over-approximated regions.
@@ -18,53 +18,28 @@ Reading guide:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from scheduler_core.arith.int_set import Interval, interval, union
+from scheduler_core.arith.linear_form import canonical, const_diff
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import LoweringError
 from scheduler_core.dag.tensor import ScanOp, Tensor
 from scheduler_core.ir import tir as T
-from scheduler_core.ir.bound import (
-    Interval,
-    canonical,
-    const_diff,
-    interval,
-    simplify_divmod,
-    union,
-)
 from scheduler_core.ir.expr import (
-    BufferLoad,
     Expr,
-    FloatImm,
     IntImm,
-    Reduce,
     TensorLoad,
     Var,
     as_expr,
-    binary,
 )
-from scheduler_core.ir.expr_functor import reduce_identity, substitute, transform, walk
-from scheduler_core.ir.simplify import const_value, simplify
+from scheduler_core.ir.expr_functor import substitute, transform, walk
+from scheduler_core.ir.simplify import simplify
 from scheduler_core.schedule.iter_index import leaf_extents, root_values_with_guards
 from scheduler_core.schedule.loop_state import State, scan_body_stages
 from scheduler_core.schedule.transform_step import check_compute_locations
 
-_KIND = {"none": "serial", "unroll": "unrolled", "vectorize": "vectorized", "parallel": "parallel"}
-_COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b,
-            "max": lambda a, b: binary("max", a, b), "min": lambda a, b: binary("min", a, b)}
-
-
-def _key(t: Tensor) -> tuple:
-    return (id(t.op), t.value_index)
-
-
-def _cv(e):
-    """``const_value(e)`` with the common constant cases answered without simplifying."""
-    if isinstance(e, (IntImm, FloatImm)):
-        return e.value
-    if isinstance(e, (int, float)):
-        return e
-    return const_value(e)
+from .schedule_ops import StmtEmitter, const_of, tensor_key, vars_of
 
 
 @dataclass
@@ -78,8 +53,8 @@ class BufferInfo:
     def flat_index(self, indices) -> Expr:
         out: Expr = IntImm(0)
         for i, o, s in zip(indices, self.offsets, self.strides):
-            term = as_expr(i) if _cv(o) == 0 else as_expr(i) - o
-            out = out + (term if _cv(s) == 1 else term * s)
+            term = as_expr(i) if const_of(o) == 0 else as_expr(i) - o
+            out = out + (term if const_of(s) == 1 else term * s)
         return canonical(simplify(out))
 
 
@@ -90,7 +65,7 @@ def _row_major(shape, align=()) -> tuple:
     for d in range(len(shape) - 1, -1, -1):
         if d in aligned:
             f, o = aligned[d]
-            c = _cv(acc)
+            c = const_of(acc)
             if isinstance(c, int):
                 while c % f != o:
                     c += 1
@@ -149,7 +124,7 @@ class _Plan:
             op = st.op
             for i in range(op.num_outputs):
                 for t in (op.init[i], op.update[i], op.state_placeholder[i]):
-                    self.alias[_key(t)] = (k, i)
+                    self.alias[tensor_key(t)] = (k, i)
 
     # -- where each stage is computed ---------------------------------------
     def _attach_setup(self):
@@ -191,16 +166,16 @@ class _Plan:
             buf = T.Buffer(name, t.dtype, tuple(t.shape))
             self.arg_buffers.append(buf)
             info = BufferInfo(buf, tuple(IntImm(0) for _ in t.shape), _row_major(t.shape))
-            self.buffers[_key(t)] = info
+            self.buffers[tensor_key(t)] = info
             for s in t.shape:
-                for v in _vars_of(s):
+                for v in vars_of(s):
                     if id(v) not in seen_vars:
                         seen_vars.add(id(v))
                         self.scalar_params.append(v)
             # The stage computing an argument writes it directly (origin op match).
             for st in self.stages:
                 if st.origin_op is t.op and st.op is not t.op:
-                    self.buffers[_key(st.op.output(t.value_index))] = info
+                    self.buffers[tensor_key(st.op.output(t.value_index))] = info
         self.used_names = names
         for key, (scan_k, i) in self.alias.items():
             scan_out = self.stages[scan_k].op.output(i)
@@ -210,8 +185,8 @@ class _Plan:
             self.buffers[key] = info
 
     def _tensor_info(self, t: Tensor):
-        if _key(t) in self.buffers:
-            return self.buffers[_key(t)]
+        if tensor_key(t) in self.buffers:
+            return self.buffers[tensor_key(t)]
         st = self.stages[self.op_stage[id(t.op)]]
         if st.origin_op is not None and st.origin_op is not st.op:
             return self.buffers.get((id(st.origin_op), t.value_index))
@@ -345,7 +320,7 @@ class _Plan:
                 raise LoweringError(
                     f"{self.stages[k].name} is computed inside {self.stages[tgt].name}.{it_name} "
                     f"but {self.stages[c].name} reads it outside that loop")
-            sub = self._root_sub(c)
+            sub = self.root_sub(c)
             ranges = self._root_ranges(c, env)
             for ld in loads:
                 for d, idx in enumerate(ld.indices):
@@ -359,9 +334,9 @@ class _Plan:
         region = []
         for d, rs in enumerate(reads):
             u = union(rs) if rs else None
-            if u is None or u.const_extent is None and _cv(full[d].extent) is not None:
+            if u is None or u.const_extent is None and const_of(full[d].extent) is not None:
                 u = full[d]
-            fe = _cv(full[d].extent)
+            fe = const_of(full[d].extent)
             if u.const_extent is not None and isinstance(fe, int) and u.const_extent >= fe:
                 u = full[d]
             region.append(u)
@@ -387,7 +362,7 @@ class _Plan:
                 del out[iv.var]
         return out
 
-    def _root_sub(self, c: int) -> dict:
+    def root_sub(self, c: int) -> dict:
         st = self.stages[c]
         return {iv.var: self.root_vals[c][iv.var.name] for iv in st.root}
 
@@ -409,7 +384,7 @@ class _Plan:
         self.leaf_ext[k] = ext
         self.leaf_vars[k] = {it.name: Var(it.name.replace("@", ".").rstrip(".")) for it in st.iters}
         # A loop of one trip contributes 0 to every index: no loop variable is needed.
-        values = {name: (IntImm(0) if _cv(ext[name]) == 1 else var)
+        values = {name: (IntImm(0) if const_of(ext[name]) == 1 else var)
                   for name, var in self.leaf_vars[k].items()}
         vals, guards = root_values_with_guards(st, values, root_ext)
         out = {}
@@ -451,7 +426,7 @@ class _Plan:
         r = interval(v, self.range_env())
         if r is None:
             return False
-        lo, ext, e = _cv(r.lo), r.const_extent, _cv(extent)
+        lo, ext, e = const_of(r.lo), r.const_extent, const_of(extent)
         return isinstance(lo, int) and ext is not None and isinstance(e, int) and lo >= 0 and lo + ext <= e
 
     # -- buffers -----------------------------------------------------------
@@ -464,7 +439,7 @@ class _Plan:
         st = self.stages[k]
         t = st.op.output(i)
         if self._tensor_info(t) is not None:
-            self.buffers[_key(t)] = self._tensor_info(t)
+            self.buffers[tensor_key(t)] = self._tensor_info(t)
             return
         name = st.name if st.op.num_outputs == 1 else f"{st.name}.v{i}"
         if self.where[k] == "root":
@@ -481,12 +456,12 @@ class _Plan:
             buf = T.Buffer(self._unique(name), t.dtype, (_size(shape, strides),), scope)
             info = BufferInfo(buf, tuple(r.lo for r in region), strides)
             self.allocs_at.setdefault(k, []).append(info)
-        self.buffers[_key(t)] = info
+        self.buffers[tensor_key(t)] = info
 
 
 def _add_extent(x: Interval, extent: Expr) -> Interval | None:
     """The values ``x + [0, extent)``."""
-    e = _cv(extent)
+    e = const_of(extent)
     if x.const_extent is None or not isinstance(e, int) or e < 1:
         return None
     return Interval(x.lo, IntImm(x.const_extent + e - 1))
@@ -506,146 +481,8 @@ def _intersect(a: Interval | None, b: Interval | None) -> Interval | None:
     return Interval(canonical(a.lo + IntImm(lo)) if lo else a.lo, IntImm(hi - lo))
 
 
-def _vars_of(e) -> list:
-    return [n for n in walk(as_expr(e)) if isinstance(n, Var)]
-
-
 def _loads(e: Expr) -> list:
     return [n for n in walk(e) if isinstance(n, TensorLoad)]
-
-
-class _Emitter:
-    """Builds loop nests from a plan."""
-
-    def __init__(self, plan: _Plan):
-        self.p = plan
-
-    def lower_expr(self, e: Expr, k: int) -> Expr:
-        """Stage ``k``'s expression with root vars bound and tensor reads as buffer loads."""
-        p = self.p
-        e = substitute(e, p._root_sub(k))
-
-        def fn(n):
-            if isinstance(n, TensorLoad):
-                info = p.buffers.get(_key(n.tensor))
-                if info is None:
-                    raise LoweringError(f"no buffer for tensor {n.tensor.name}; is it an argument?")
-                idx = tuple(self.lower_expr_plain(i) for i in n.indices)
-                return BufferLoad(info.buffer, self.tidy(info.flat_index(idx)), n.dtype)
-            return None
-        return self.tidy(simplify(transform(e, fn)))
-
-    def tidy(self, e: Expr) -> Expr:
-        """Drop floordiv/floormod that the loop bounds make trivial (``floordiv(j0*16 + j1, 16)``)."""
-        return simplify_divmod(e, self.p.range_env())
-
-    def lower_expr_plain(self, e: Expr) -> Expr:
-        p = self.p
-
-        def fn(n):
-            if isinstance(n, TensorLoad):
-                info = p.buffers[_key(n.tensor)]
-                idx = tuple(self.lower_expr_plain(i) for i in n.indices)
-                return BufferLoad(info.buffer, info.flat_index(idx), n.dtype)
-            return None
-        return transform(e, fn)
-
-    def _loop(self, k: int, it, body: T.Stmt) -> T.Stmt:
-        p = self.p
-        st = p.stages[k]
-        prag = st.pragma_dict().get(it.name, {})
-        ann = {"auto_unroll_max_step": prag["auto_unroll_max_step"]} if "auto_unroll_max_step" in prag else {}
-        kind = _KIND.get(it.annotation, it.annotation)
-        var, ext = p.leaf_vars[k][it.name], p.leaf_ext[k][it.name]
-        if _cv(ext) == 1 and not ann and kind in ("serial", "unrolled", "vectorized", "parallel"):
-            return body  # a loop of one trip is its body (its variable was bound to 0)
-        return T.For(var, IntImm(0), ext, kind, body, ann)
-
-    def _attached(self, k: int, it_name: str, inner: T.Stmt) -> T.Stmt:
-        """``inner`` preceded by the stages attached at ``k.it_name``, with their buffers."""
-        kids = self.p.children.get((k, it_name), [])
-        if not kids:
-            return inner
-        out = inner
-        for c in reversed(kids):
-            out = T.seq(self.emit(c), out)
-            for info in reversed(self.p.allocs_at.get(c, [])):
-                out = T.Allocate(info.buffer, out)
-        return out
-
-    def _nest(self, k: int, iters, innermost: T.Stmt, with_attached: bool = True) -> T.Stmt:
-        body = innermost
-        for it in reversed(iters):
-            if with_attached:
-                body = self._attached(k, it.name, body)
-            body = self._loop(k, it, body)
-        return body
-
-    def _guarded(self, conds: list, s: T.Stmt) -> T.Stmt:
-        conds = [c for c in conds if not (isinstance(c, IntImm) and c.value)]
-        if not conds:
-            return s
-        cond = conds[0]
-        for c in conds[1:]:
-            cond = cond & c
-        return T.IfThenElse(simplify(cond), s, None, likely=True)
-
-    def emit(self, k: int) -> T.Stmt:
-        p = self.p
-        st = p.stages[k]
-        if p.where[k] == "scan":
-            # The stages of one time step run in the innermost time loop, guarded
-            # against the extra steps of a non-divisible split of the time axis.
-            last = st.iters[-1]
-            step = self._guarded(p.guards[k], self._attached(k, last.name, T.SeqStmt(())))
-            return self._nest(k, st.iters[:-1], self._loop(k, last, step))
-        spatial = [iv for iv in st.root if iv.kind != "reduce"]
-        idx = [p.root_vals[k][iv.var.name] for iv in spatial]
-        # One (buffer, flat index, body) per output: a multi-output compute stores each
-        # output in the same loop nest (TVM's MakeComputeStmt: one Provide per output).
-        outs = []
-        for i in range(st.op.num_outputs):
-            info = p.buffers[_key(st.op.output(i))]
-            outs.append((info, self.tidy(info.flat_index(idx)), p.body_of(k, i)))
-        guards = [simplify(substitute(g, {})) for g in p.guards[k]]
-        if not isinstance(outs[0][2], Reduce):
-            stores = [T.Store(info.buffer, flat, self.lower_expr(body, k)) for info, flat, body in outs]
-            return self._nest(k, st.iters, self._guarded(guards, T.seq(*stores)))
-        return self._emit_reduce(k, st, outs, guards)
-
-    def _emit_reduce(self, k, st, outs: list, guards) -> T.Stmt:
-        """The init nest and the update nest of a reduction stage; ``outs``: (BufferInfo,
-        flat index, Reduce body) per output, the Reduces sharing axes, combiner and condition."""
-        p = self.p
-        red_vars = {p.leaf_vars[k][it.name] for it in st.iters if it.kind == "reduce"}
-        first_body: Reduce = outs[0][2]
-        upd_conds = list(guards)
-        if first_body.condition is not None:
-            upd_conds.append(self.lower_expr(first_body.condition, k))
-        updates, inits = [], []
-        for info, flat, body in outs:
-            cur = BufferLoad(info.buffer, flat, body.dtype)
-            src = self.lower_expr(body.source, k)
-            updates.append(T.Store(info.buffer, flat, _COMBINE[body.combiner](cur, src)))
-            inits.append(T.Store(info.buffer, flat, reduce_identity(body.combiner, body.dtype)))
-        update = self._guarded(upd_conds, T.seq(*updates))
-        first = next(i for i, it in enumerate(st.iters) if it.kind == "reduce")
-        outer, rest = st.iters[:first], st.iters[first:]
-        init_iters = [it for it in rest if it.kind != "reduce"]
-        init_guards = [g for g in guards if not (_vars_of(g) and set(map(id, _vars_of(g))) & set(map(id, red_vars)))]
-        init = self._guarded(init_guards, T.seq(*inits))
-        init_nest = self._nest(k, init_iters, init, with_attached=False)
-        main = self._nest(k, rest, update)
-        inner = T.seq(init_nest, main)
-        return self._nest(k, outer, inner)
-
-    def emit_all(self) -> T.Stmt:
-        p = self.p
-        parts = [self.emit(k) for k in range(p.n) if p.where[k] in ("root", "scan")]
-        body = T.seq(*parts) if parts else T.SeqStmt(())
-        for info in reversed(p.allocs_root):
-            body = T.Allocate(info.buffer, body)
-        return body
 
 
 def lower_state(state: State, args: list | None = None, name: str = "main") -> T.PrimFunc:
@@ -656,20 +493,13 @@ def lower_state(state: State, args: list | None = None, name: str = "main") -> T
     Raises LoweringError when a stage's placement or bounds cannot be lowered.
     """
     key = (id(state), None if args is None else tuple(id(a) for a in args), name)
-    hit = _LOWER_CACHE.get(key)
-    if hit is not None and hit[0] is state:
-        _LOWER_CACHE.move_to_end(key)
-        return hit[1]
-    func = _lower_state_uncached(state, args, name)
-    _LOWER_CACHE[key] = (state, func)  # the state is kept so its id is not reused
-    if len(_LOWER_CACHE) > 2048:
-        _LOWER_CACHE.popitem(last=False)
-    return func
+    keep = (state,) if args is None else (state, *args)  # kept, so their ids are not reused
+    return _LOWERED.get_or_make(key, lambda: _lower_state_uncached(state, args, name), keep=keep)
 
 
 # States and PrimFuncs are immutable, so the search's validity check, feature
 # extraction and build can share one lowering of the same State object.
-_LOWER_CACHE: OrderedDict = OrderedDict()
+_LOWERED: BoundedCache[tuple, T.PrimFunc] = BoundedCache(2048)
 
 
 def _lower_state_uncached(state: State, args, name: str) -> T.PrimFunc:
@@ -678,7 +508,7 @@ def _lower_state_uncached(state: State, args, name: str) -> T.PrimFunc:
         if not isinstance(a, Tensor):
             raise LoweringError(f"args[{k}] is {type(a).__name__}, not a Tensor")
     plan = _Plan(state, args)
-    body = _Emitter(plan).emit_all()
+    body = StmtEmitter(plan).emit_all()
     return T.PrimFunc(name, tuple(plan.arg_buffers), tuple(plan.scalar_params), body)
 
 

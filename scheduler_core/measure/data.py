@@ -22,8 +22,12 @@ and ``replay_steps``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from scheduler_core.dag.task import Task
+from scheduler_core.schedule.loop_state import State
 
 FAILED_COST_S = 1e10  # the cost, in seconds, of a failed measurement (Ansor's MAX_FLOAT)
 
@@ -50,8 +54,8 @@ class MeasureInput:
     state: the State to build; only its ``transform_steps`` are sent to the builder.
     """
 
-    task: Any
-    state: Any
+    task: Task
+    state: State
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,22 @@ class MeasureResult:
         if self.error_no != MeasureErrorNo.NO_ERROR or not self.costs:
             return None
         return self.median_cost
+
+    def to_json(self) -> dict[str, Any]:
+        """The one wire form of a result (measurement queue replies, runner worker replies):
+        ``{"costs": [seconds...], "error_no": int, "error_msg": str, "all_cost": seconds,
+        "timestamp": seconds since the epoch}``; plain JSON values, never a pickle.
+        (Record lines keep TVM's ``"r"`` list instead: ``scheduler_core.measure.record``.)"""
+        return {"costs": [float(c) for c in self.costs], "error_no": int(self.error_no), "error_msg": self.error_msg,
+                "all_cost": float(self.all_cost), "timestamp": float(self.timestamp)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> MeasureResult:
+        """The inverse of :meth:`to_json`; empty ``costs`` become ``(FAILED_COST_S,)``.
+        Raises KeyError for a missing field, ValueError / TypeError for a wrong value."""
+        costs = tuple(float(c) for c in obj["costs"]) or (FAILED_COST_S,)
+        return cls(costs, int(MeasureErrorNo(int(obj["error_no"]))), str(obj["error_msg"]),
+                   float(obj["all_cost"]), float(obj["timestamp"]))
 
 
 def median_of(costs) -> float:

@@ -1,46 +1,45 @@
 """LocalBuilder: compile MeasureInputs into shared libraries in worker processes.
 
-    MeasureInput --input_payload--> (dag JSON, target, step records)
-        --worker: Task, driver.program_from_steps(...).build(), export_library--> <tmp>/<n>.so
+    MeasureInput --input_payload--> (dag JSON, target, step records) + the BuildConfig's fields
+        --worker: Task, driver.program_from_steps(...).build(), backend.export--> <tmp>/<n>.so
         --> BuildResult(filename, args = dag.tensors, error_no, error_msg, time_cost)
 
 TVM's ``auto_scheduler.LocalBuilder`` (Ansor section 6): builds run in parallel in
 separate processes so that a compiler crash or a build that never ends costs one
 result (COMPILE_HOST / BUILD_TIMEOUT), never the search.
 
-A ``cuda`` task builds differently (in :func:`build_in_worker`; no GPU needed):
+A ``cuda`` task takes the same path; its backend (``driver.backend``) writes different
+artifacts (no GPU needed):
 
-    steps --replay, lower_state (no layout rewrite, as TVM on GPUs), bounds check-->
-        --build_cuda--> CudaModule --check_gpu_program (static: threads, shared memory,
-        vthreads, vector width)--> --nvcc--> <n>.ptx, <n>.cubin, <n>.cu, <n>.json
+    steps --program_from_steps (no layout rewrite, as TVM on GPUs)--> CudaModule
+        --check_gpu_program (static: threads, shared memory, vthreads, vector width)-->
+        --nvcc--> <n>.ptx, <n>.cubin, <n>.cu, <n>.json
         --check_gpu_program (registers, from ptxas -v)--> BuildResult(filename=<n>.cubin)
 
 A program the GPU could not launch is an INSTANTIATION_ERROR (TVM's VerifyGPUCode) and is
 never run; an nvcc failure (or no nvcc) is COMPILE_DEVICE.  The runner rebuilds the
-launch description from the same steps and loads the builder's cubin.
+program from the same steps (``program_from_steps(...).build(device_image=cubin)``) and
+loads the builder's cubin.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
 import time
 import traceback
 import weakref
-from collections import OrderedDict
 
+from scheduler_core.base.bounded_cache import BoundedCache
+from scheduler_core.base.build_config import BuildConfig
 from scheduler_core.base.errors import BuildError, InvalidWorkloadError, LoweringError, ScheduleError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
-from scheduler_core.driver.bounds import check_bounds
-from scheduler_core.driver.cuda_build import build_cuda
-from scheduler_core.driver.gpu_validity import InvalidGpuProgramError, check_gpu_program
-from scheduler_core.driver.pipeline import run_passes
-from scheduler_core.driver.program import ENTRY_NAME, program_from_steps
-from scheduler_core.lowering.lower import lower_state
-from scheduler_core.runtime.cuda_module import CudaModule
-from scheduler_core.schedule.dataflow_step import replay_steps
+from scheduler_core.driver.backend import backend_of
+from scheduler_core.driver.gpu_validity import InvalidGpuProgramError
+from scheduler_core.driver.program import program_from_steps
 
 from .data import BuildResult, MeasureErrorNo, MeasureInput, input_payload
 from .popen_pool import PopenPool
@@ -57,14 +56,18 @@ class LocalBuilder:
     timeout_s : float, seconds one build may take; a longer one is killed and
         gives BUILD_TIMEOUT (the worker is replaced, the other builds go on)
     n_parallel : int or None, builds at once (default: the number of CPUs)
+    config : BuildConfig or None, the codegen options the workers build with (default: the
+        ``BuildConfig.current()`` of each :meth:`build` call); they travel with every job
 
     The libraries go to a temporary directory owned by this builder; it is removed
     by :meth:`close` (or when the builder is garbage collected), so run the
     results before that.  Workers start on the first :meth:`build` and are reused.
     """
 
-    def __init__(self, timeout_s: float = 15, n_parallel: int | None = None):
+    def __init__(self, timeout_s: float = 15, n_parallel: int | None = None,
+                 config: BuildConfig | None = None):
         self.timeout_s = float(timeout_s)
+        self.config = config
         self.n_parallel = int(n_parallel or os.cpu_count() or 1)
         self.build_dir = tempfile.mkdtemp(prefix="autosched_build_")
         self._pool = PopenPool(self.n_parallel, preload=("scheduler_core.measure.local_builder",))
@@ -81,13 +84,14 @@ class LocalBuilder:
         verbose: 1 prints one character per input (``.`` built, ``E`` error).
         """
         inputs = list(inputs)
+        config = dataclasses.asdict(BuildConfig.resolve(self.config))
         jobs = []
         for inp in inputs:
             self._count += 1
-            ext = "cubin" if _is_cuda(str(inp.task.target)) else "so"
+            ext = _artifact_ext(inp.task.target)
             filename = os.path.join(self.build_dir, f"{self._count:07d}.{ext}")
             _, dag_json, target, records = input_payload(inp)
-            jobs.append((dag_json, target, records, filename))
+            jobs.append((dag_json, target, records, filename, config))
         outcomes = self._pool.map(_WORKER_FUNC, jobs, self.timeout_s)
         results = []
         for inp, outcome in zip(inputs, outcomes):
@@ -111,6 +115,15 @@ class LocalBuilder:
         self.close()
 
 
+def _artifact_ext(target) -> str:
+    """The extension of the file a build of ``target`` writes ("so" for a target the parser
+    rejects: the worker reports that as the build's error)."""
+    try:
+        return backend_of(target).artifact_ext
+    except BuildError:
+        return "so"
+
+
 def _to_build_result(outcome, args: tuple, timeout_s: float) -> BuildResult:
     if outcome.status == "ok":
         filename, error_no, error_msg, time_cost = outcome.value
@@ -126,72 +139,41 @@ def _to_build_result(outcome, args: tuple, timeout_s: float) -> BuildResult:
 # in the worker process
 # ---------------------------------------------------------------------------
 
-_tasks: OrderedDict = OrderedDict()  # (dag JSON, target) -> Task, the last few built here
+_TASKS: BoundedCache[tuple, Task] = BoundedCache(_DAG_CACHE_SIZE)  # (dag JSON, target) -> Task
 
 
 def cached_task(dag_json: str, target: str) -> Task:
-    key = (dag_json, target)
-    if key in _tasks:
-        _tasks.move_to_end(key)
-        return _tasks[key]
-    task = _tasks[key] = Task.create(ComputeDAG.from_json(dag_json), target)
-    while len(_tasks) > _DAG_CACHE_SIZE:
-        _tasks.popitem(last=False)
-    return task
+    """The Task of a DAG's JSON and a target string; the last few are kept (workers build many
+    candidates of the same task)."""
+    return _TASKS.get_or_make((dag_json, target), lambda: Task.create(ComputeDAG.from_json(dag_json), target))
 
 
-def build_in_worker(dag_json: str, target: str, records: list, filename: str) -> tuple:
+def build_in_worker(dag_json: str, target: str, records: list, filename: str, config: dict | None = None) -> tuple:
     """Make the program of ``records`` on the DAG for ``target`` and export it to ``filename``.
 
     Runs in a builder worker, through ``driver.program`` (the same path as the final
-    artifact: layout rewrite, lowering, passes, codegen).  Returns ``(filename or "",
-    error_no, error_msg, seconds)``; never raises for a bad schedule.
+    artifact: layout rewrite, lowering, passes, bounds proof, codegen), then the backend's
+    ``export`` (a .so; for cuda the .cubin with its .cu, .ptx, .json).  ``config``: the fields
+    of the builder's BuildConfig (default: this process's current one).  Returns
+    ``(filename or "", error_no, error_msg, seconds)``; never raises for a bad schedule.
     """
     start = time.perf_counter()
-    kind = target.split()[0] if target.split() else "llvm"
+    device_errors = False
     try:
-        if kind == "cuda":
-            _build_cuda(cached_task(dag_json, target), records, filename)
-            return filename, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - start
-        program_from_steps(cached_task(dag_json, target), records).build().export_library(filename)
+        task = cached_task(dag_json, target)
+        backend = backend_of(task.target)
+        device_errors = backend.device_errors
+        program = program_from_steps(task, records, config=None if config is None else BuildConfig(**config))
+        backend.export(program.build(), task.target, filename)
         return filename, int(MeasureErrorNo.NO_ERROR), "", time.perf_counter() - start
     except (ScheduleError, LoweringError, InvalidWorkloadError, InvalidGpuProgramError) as err:
         code, message = MeasureErrorNo.INSTANTIATION_ERROR, _describe(err)
     except BuildError as err:
-        code = MeasureErrorNo.COMPILE_HOST if kind == "llvm" else MeasureErrorNo.COMPILE_DEVICE
+        code = MeasureErrorNo.COMPILE_DEVICE if device_errors else MeasureErrorNo.COMPILE_HOST
         message = _describe(err)
     except Exception as err:  # noqa: BLE001 - any other failure of codegen is a compile error
         code, message = MeasureErrorNo.COMPILE_HOST, _describe(err)
     return "", int(code), message, time.perf_counter() - start
-
-
-def _is_cuda(target: str) -> bool:
-    return target.split()[0] == "cuda" if target.split() else False
-
-
-def cuda_module_from_steps(task: Task, records: list, cubin: bytes | None = None,
-                           ptx: bytes | None = None) -> CudaModule:
-    """The CudaModule of ``records`` on a cuda ``task`` (entry ``ENTRY_NAME``): replay, lower,
-    check that every access is in bounds, build.  ``cubin``/``ptx``: images compiled before
-    (the runner's reuse of the builder's).  Raises ScheduleError, LoweringError, BuildError."""
-    state = replay_steps(task.compute_dag, records)
-    func = lower_state(state, list(task.compute_dag.tensors), ENTRY_NAME)
-    check_bounds(run_passes(func))
-    return build_cuda(func, task.target, ENTRY_NAME, cubin=cubin, ptx=ptx)
-
-
-def _build_cuda(task: Task, records: list, filename: str) -> None:
-    """Build a cuda candidate into ``filename`` (.cubin) with its .ptx, .cu and .json beside it;
-    raises InvalidGpuProgramError (before any nvcc run when the static checks fail)."""
-    module = cuda_module_from_steps(task, records)
-    check_gpu_program(module, task.target, registers=False)
-    stem = os.path.splitext(filename)[0]
-    device = module.imported_modules[0]
-    device.ptx()  # nvcc: a BuildError here is COMPILE_DEVICE
-    check_gpu_program(module, task.target, registers=True)
-    for ext in ("cu", "ptx", "json"):
-        device.save(f"{stem}.{ext}")
-    device.save(filename, "cubin")
 
 
 def _describe(err: BaseException) -> str:

@@ -36,7 +36,7 @@ taking the machine's memory) and a CPU-time bound per run (RLIMIT_CPU,
 
 A ``cuda`` task is measured on CUDA device 0 (:func:`run_cuda_in_worker`): the worker
 rebuilds the program's launch description from the input's steps
-(``local_builder.cuda_module_from_steps``), checks it against the limits the device itself
+(``driver.program.program_from_steps``, as the builder), checks it against the limits the device itself
 reports (``cuda_driver.device_hardware_params``: a program the target allowed but this GPU
 cannot launch is an INSTANTIATION_ERROR, never launched), loads the builder's cubin, copies the inputs to
 the GPU and times ``CudaModule.time_evaluator`` (CUDA events); with ``check_correctness``
@@ -54,15 +54,18 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.reference import evaluate
 from scheduler_core.dag.tensor import PlaceholderOp
 from scheduler_core.driver.gpu_validity import gpu_program_problems
+from scheduler_core.driver.program import program_from_steps
 from scheduler_core.ir.simplify import const_value
 from scheduler_core.runtime import load_module, ndarray
 from scheduler_core.runtime.cuda_driver import device_hardware_params
@@ -70,6 +73,7 @@ from scheduler_core.runtime.device import cuda, cuda_unavailable_reason
 from scheduler_core.runtime.timer import check_timing_args
 
 from .data import (
+    FAILED_COST_S,
     BuildResult,
     MeasureErrorNo,
     MeasureInput,
@@ -78,7 +82,7 @@ from .data import (
     input_payload,
     spread_of,
 )
-from .local_builder import cached_task, cuda_module_from_steps
+from .local_builder import LocalBuilder, cached_task
 from .popen_pool import PopenPool, WorkerLimits
 
 _WORKER_FUNC = "scheduler_core.measure.local_runner:run_in_worker"
@@ -169,7 +173,7 @@ class LocalRunner:
             job = self._job(inp, br, check, number, repeat, min_repeat_ms)
             if isinstance(job, MeasureResult):
                 results[k] = job
-            elif is_cuda_task(inp.task):
+            elif inp.task.target.is_gpu:
                 cuda_jobs.append(job)
                 cuda_index.append(k)
             else:
@@ -198,7 +202,7 @@ class LocalRunner:
         """The worker's arguments for one input, or the MeasureResult when no run is needed."""
         if br.error_no != MeasureErrorNo.NO_ERROR:
             return failed_result(br.error_no, br.error_msg, br.time_cost, time.time())
-        cuda = is_cuda_task(inp.task)
+        cuda = inp.task.target.is_gpu
         if cuda:
             reason = cuda_unavailable()
             if reason:
@@ -239,10 +243,14 @@ class LocalRunner:
         return self._reference_files[key]
 
 
-def is_cuda_task(task) -> bool:
-    """Whether ``task``'s target is a cuda one."""
-    return getattr(getattr(task, "target", None), "kind", None) == "cuda" or \
-        str(getattr(task, "target", "")).split()[:1] == ["cuda"]
+def local_measurer(timeout_s: float = 10.0, min_repeat_ms: float = 40.0, repeat: int = 3,
+                   check_correctness: bool = False) -> tuple[LocalBuilder, LocalRunner]:
+    """``(LocalBuilder, LocalRunner)`` measuring on this machine with a search's timing options
+    (``timeout_s`` seconds per build and per run, ``min_repeat_ms``, ``repeat``): the one place a
+    search, a service job and a measurement worker make their measurer."""
+    return (LocalBuilder(timeout_s=timeout_s),
+            LocalRunner(timeout_s=timeout_s, min_repeat_ms=min_repeat_ms, repeat=repeat,
+                        check_correctness=check_correctness))
 
 
 def cuda_unavailable() -> str:
@@ -302,11 +310,8 @@ def check_against_reference(inp: MeasureInput, build_result: BuildResult, timeou
 def _to_measure_result(outcome, build_cost_s: float, timeout_s: float) -> MeasureResult:
     all_cost = float(build_cost_s) + outcome.wall_s
     now = time.time()
-    if outcome.status == "ok":
-        error_no, error_msg, costs = outcome.value
-        if error_no == MeasureErrorNo.NO_ERROR:
-            return MeasureResult(tuple(float(c) for c in costs), 0, "", all_cost, now)
-        return failed_result(error_no, error_msg, all_cost, now)
+    if outcome.status == "ok":  # the worker's MeasureResult.to_json(); the wall time is the parent's
+        return replace(MeasureResult.from_json(outcome.value), all_cost=all_cost, timestamp=now)
     if outcome.status == "timeout":
         return failed_result(MeasureErrorNo.RUN_TIMEOUT, f"run exceeded timeout_s={timeout_s:g}: {outcome.value}",
                              all_cost, now)
@@ -393,25 +398,19 @@ def compare_outputs(specs: list, got: list, expected: list) -> str:
 # in the worker process
 # ---------------------------------------------------------------------------
 
-_data_cache: OrderedDict = OrderedDict()  # .npz path or repr(specs) -> (inputs, expected or None)
+# per runner worker: .npz path or repr(specs) -> (inputs, expected outputs or None)
+_DATA: BoundedCache[str, tuple[list, list | None]] = BoundedCache(2)
 
 
 def _cached_data(specs: list, data_file: str | None) -> tuple:
-    key = data_file or repr(specs)
-    if key in _data_cache:
-        _data_cache.move_to_end(key)
-        return _data_cache[key]
-    value: tuple[list, list | None]
-    if data_file:
+    """``(input arrays, expected outputs or None)`` of a run: the reference file's, else random inputs."""
+    def load() -> tuple[list, list | None]:
+        if not data_file:
+            return random_inputs(specs), None
         with np.load(data_file) as f:
             n_in = sum(1 for s in specs if not s[3])
-            value = ([f[f"in{k}"] for k in range(n_in)], [f[f"out{k}"] for k in range(len(specs) - n_in)])
-    else:
-        value = (random_inputs(specs), None)
-    _data_cache[key] = value
-    while len(_data_cache) > 2:
-        _data_cache.popitem(last=False)
-    return value
+            return [f[f"in{k}"] for k in range(n_in)], [f[f"out{k}"] for k in range(len(specs) - n_in)]
+    return _DATA.get_or_make(data_file or repr(specs), load)
 
 
 SLOW_CALL_S = 0.25  # seconds: a first call this slow is the measurement
@@ -419,11 +418,18 @@ NOISY_SPREAD = 0.15  # (max - min) / median of the repeats above which the machi
 MAX_REMEASURES = 2  # extra timing rounds for a noisy program; the least spread round is kept
 
 
+def worker_reply(error_no: int, error_msg: str, costs_s: Sequence[float] = ()) -> dict[str, Any]:
+    """What a runner worker sends back: ``MeasureResult.to_json()`` (the one wire form of a result),
+    with ``all_cost`` 0 and the worker's timestamp; the parent puts in the wall time it saw."""
+    costs = tuple(float(c) for c in costs_s) or (FAILED_COST_S,)
+    return MeasureResult(costs, int(error_no), error_msg, 0.0, time.time()).to_json()
+
+
 def run_in_worker(filename: str, specs: list, data_file: str | None, number: int, repeat: int,
-                  min_repeat_ms: float, enable_cpu_cache_flush: bool) -> tuple:
+                  min_repeat_ms: float, enable_cpu_cache_flush: bool) -> dict[str, Any]:
     """Load ``filename``, [check it against ``data_file``], time it.  Runs in the runner worker.
 
-    Returns ``(error_no, error_msg, costs_s)``; a crash kills the process instead.
+    Returns :func:`worker_reply` (a MeasureResult's JSON form); a crash kills the process instead.
     """
     try:
         module = load_module(filename)
@@ -435,7 +441,7 @@ def run_in_worker(filename: str, specs: list, data_file: str | None, number: int
             module(*args)
             message = compare_outputs(specs, outputs, expected)
             if message:
-                return int(MeasureErrorNo.WRONG_ANSWER), message, ()
+                return worker_reply(MeasureErrorNo.WRONG_ANSWER, message)
         # A slow candidate's timing is cut short (tinygrad's habit): one call already
         # shows it is far from the best, and timing it number x repeat more would
         # dominate the search's wall time.  The first call is also the warm-up.
@@ -443,12 +449,12 @@ def run_in_worker(filename: str, specs: list, data_file: str | None, number: int
         module(*args)
         first_s = time.perf_counter() - start
         if first_s >= SLOW_CALL_S:
-            return int(MeasureErrorNo.NO_ERROR), "", (first_s,)
+            return worker_reply(MeasureErrorNo.NO_ERROR, "", (first_s,))
         evaluator = module.time_evaluator(module.entry_name, "cpu", number=number, repeat=repeat,
                                           min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=enable_cpu_cache_flush)
-        return int(MeasureErrorNo.NO_ERROR), "", least_noisy_costs(lambda: evaluator(*args).results)
+        return worker_reply(MeasureErrorNo.NO_ERROR, "", least_noisy_costs(lambda: evaluator(*args).results))
     except (Exception, MemoryError) as err:  # noqa: BLE001 - a failed run is a result
-        return int(MeasureErrorNo.RUNTIME_DEVICE), f"{type(err).__name__}: {err}", ()
+        return worker_reply(MeasureErrorNo.RUNTIME_DEVICE, f"{type(err).__name__}: {err}")
 
 
 def least_noisy_costs(measure: Callable[[], tuple], noisy_spread: float = NOISY_SPREAD,
@@ -472,21 +478,21 @@ def least_noisy_costs(measure: Callable[[], tuple], noisy_spread: float = NOISY_
 
 
 def run_cuda_in_worker(dag_json: str, target: str, records: list, cubin_path: str, specs: list,
-                       data_file: str | None, number: int, repeat: int, min_repeat_ms: float) -> tuple:
+                       data_file: str | None, number: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
     """Rebuild the cuda program of ``records`` with the builder's cubin, [check it against
     ``data_file``], time it on CUDA device 0 with CUDA events.  Runs in the cuda runner worker.
 
-    Returns ``(error_no, error_msg, costs_s)``.
+    Returns :func:`worker_reply` (a MeasureResult's JSON form).
     """
     try:
         with open(cubin_path, "rb") as f:
             cubin = f.read()
-        module = cuda_module_from_steps(cached_task(dag_json, target), records, cubin=cubin)
+        module = program_from_steps(cached_task(dag_json, target), records).build(device_image=cubin)
         # The builder checked the target's limits; the device itself may allow less.
         problems = gpu_program_problems(module, target, device_hardware_params(0), registers=False)
         if problems:
-            return (int(MeasureErrorNo.INSTANTIATION_ERROR),
-                    "InvalidGpuProgramError: not launched: " + "; ".join(p[4] for p in problems), ())
+            return worker_reply(MeasureErrorNo.INSTANTIATION_ERROR,
+                                "InvalidGpuProgramError: not launched: " + "; ".join(p[4] for p in problems))
         dev = cuda(0)
         inputs, expected = _cached_data(specs, data_file)
         outputs = empty_outputs(specs)
@@ -498,10 +504,10 @@ def run_cuda_in_worker(dag_json: str, target: str, records: list, cubin_path: st
             got = [a.numpy() for a, spec in zip(args, specs) if spec[3]]
             message = compare_outputs(specs, got, expected)
             if message:
-                return int(MeasureErrorNo.WRONG_ANSWER), message, ()
+                return worker_reply(MeasureErrorNo.WRONG_ANSWER, message)
         evaluator = module.time_evaluator(module.entry_name, dev, number=number, repeat=repeat,
                                           min_repeat_ms=min_repeat_ms)
         profile = evaluator(*args)
-        return int(MeasureErrorNo.NO_ERROR), "", tuple(float(c) for c in profile.results)
+        return worker_reply(MeasureErrorNo.NO_ERROR, "", profile.results)
     except (Exception, MemoryError) as err:  # noqa: BLE001 - a failed run is a result
-        return int(MeasureErrorNo.RUNTIME_DEVICE), f"{type(err).__name__}: {err}", ()
+        return worker_reply(MeasureErrorNo.RUNTIME_DEVICE, f"{type(err).__name__}: {err}")

@@ -23,7 +23,8 @@ bound, a CPU-time bound per task), which each child sets on itself with
 Messages are pickles of plain values (str, int, float, lists, tuples, dicts) over
 private pipes between this library's own processes; the function to call is named
 by ``"module:function"`` and must live in ``scheduler_core``.  Nothing a user sent
-over the service is ever unpickled here.
+over the service is ever unpickled here.  The runner's workers reply with a result's one
+wire form, ``MeasureResult.to_json()`` (as the measurement queue does).
 """
 
 from __future__ import annotations

@@ -39,9 +39,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler_core.base.errors import InvalidWorkloadError, RecordFormatError
-from scheduler_core.base.target import CUDA_ARCHS, CUDA_DEFAULT_ARCH, OPTION_KEYS, HardwareParams, Target
+from scheduler_core.base.gpu_spec import CUDA_DEFAULT_ARCH
+from scheduler_core.base.target import CUDA_ARCHS, OPTION_KEYS, HardwareParams, Target, TargetKind
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.workload_registry import WORKLOAD_FUNC_REGISTRY, dag_of_registered
+from scheduler_core.driver.backend import backend_of
 from scheduler_core.ir.expr import expr_str
 from scheduler_core.ir.simplify import const_value
 
@@ -91,7 +93,7 @@ def target_from_tvm(text: str) -> str:
         if name not in given:
             kept.append(f"-{name}={value}")
             given.add(name)
-    if words[0] == "cuda":  # TVM prints its cuda defaults (-max_num_threads=1024 ...): ours are implied
+    if words[0] == TargetKind.CUDA.value:  # TVM prints its cuda defaults (-max_num_threads=1024 ...): ours are implied
         arch = next((w.partition("=")[2] for w in kept if w.startswith("-arch=")), CUDA_DEFAULT_ARCH)
         threads, smem, _, warp, regs = CUDA_ARCHS.get(arch, (None,) * 5)
         implied = {f"-max_threads_per_block={threads}", f"-max_shared_memory_per_block={smem}",
@@ -116,7 +118,7 @@ def hardware_params_from_tvm(target: Target, values: Sequence[int] | None) -> Ha
 def layout_rewrite_option(target: Target) -> int:
     """TVM's default LayoutRewriteOption of a task made outside Relay: INSERT_TRANSFORM_STAGE on
     llvm, NO_REWRITE otherwise (``LayoutRewriteOption.get_target_default``)."""
-    return LAYOUT_REWRITE_INSERT_TRANSFORM_STAGE if target.kind == "llvm" else LAYOUT_REWRITE_NONE
+    return LAYOUT_REWRITE_INSERT_TRANSFORM_STAGE if backend_of(target).rewrites_layout else LAYOUT_REWRITE_NONE
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
     lowered PrimFunc --unroll_loops--> --vectorize_loops--> codegen
 """
-from .unroll import SMALL_LOOP_STEPS, map_stmt_exprs, substitute_stmt, unroll_loops
+from .unroll import SMALL_LOOP_STEPS, substitute_stmt, unroll_loops
 from .vectorize import vectorize_loops
 
-__all__ = ["SMALL_LOOP_STEPS", "map_stmt_exprs", "substitute_stmt", "unroll_loops", "vectorize_loops"]
+__all__ = ["SMALL_LOOP_STEPS", "substitute_stmt", "unroll_loops", "vectorize_loops"]

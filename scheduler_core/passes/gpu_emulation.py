@@ -67,20 +67,20 @@ loops, a barrier outside a kernel) or a barrier under thread-dependent control f
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from scheduler_core.base.errors import DeviceRuntimeError, LoweringError
+from scheduler_core.base.gpu_spec import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import expr_functor as EF
 from scheduler_core.ir import simplify as ES
 from scheduler_core.ir import tir as T
+from scheduler_core.ir.stmt_functor import map_stmt
+from scheduler_core.lowering.kernel_form import Uniform, has_barrier
 
-BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
-THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 RACE_PARAM = "race_report"
 UNROLL_PRAGMA = "auto_unroll_max_step"
 RACE_SLOTS = 8
@@ -96,55 +96,14 @@ def is_barrier(s: Any) -> bool:
     return isinstance(s, T.Barrier)
 
 
-def has_barrier(s: T.Stmt) -> bool:
-    return any(is_barrier(n) for n in T.walk_stmts(s))
-
-
-def _has_gpu_loop(s: T.Stmt, tags: tuple) -> bool:
-    return any(isinstance(n, T.For) and n.kind in tags for n in T.walk_stmts(s))
-
-
-# ---------------------------------------------------------------------------
-# Generic statement rewriting
-# ---------------------------------------------------------------------------
-
-def _map_stmt(s: T.Stmt, fe: Callable[[E.Expr], E.Expr],
-              fs: Callable[[T.Stmt], T.Stmt | None] | None = None) -> T.Stmt:
-    """``s`` with ``fe`` applied to every expression; ``fs(stmt)`` may replace a statement
-    first (its result is not visited again).  Barriers are kept."""
-    if fs is not None:
-        out = fs(s)
-        if out is not None:
-            return out
-
-    def go(c: T.Stmt) -> T.Stmt:
-        return _map_stmt(c, fe, fs)
-
-    if isinstance(s, T.Store):
-        pred = None if s.predicate is None else fe(s.predicate)
-        return T.Store(s.buffer, fe(s.index), fe(s.value), pred)
-    if isinstance(s, T.For):
-        return T.For(s.loop_var, fe(s.min), fe(s.extent), s.kind, go(s.body), dict(s.annotations))
-    if isinstance(s, T.IfThenElse):
-        other = None if s.else_case is None else go(s.else_case)
-        return T.IfThenElse(fe(s.cond), go(s.then_case), other, s.likely)
-    if isinstance(s, T.SeqStmt):
-        return T.SeqStmt(tuple(go(c) for c in s.seq))
-    if isinstance(s, T.Allocate):
-        return T.Allocate(s.buffer, go(s.body))
-    if isinstance(s, T.LetStmt):
-        return T.LetStmt(s.var, fe(s.value), go(s.body))
-    if isinstance(s, T.Evaluate):
-        return T.Evaluate(fe(s.value))
-    if is_barrier(s):
-        return s
-    raise LoweringError(f"gpu emulation: unknown statement {type(s).__name__}")
+def _has_thread_loop(s: T.Stmt) -> bool:
+    return any(isinstance(n, T.For) and n.kind in THREAD_TAGS for n in T.walk_stmts(s))
 
 
 def _subst(s: T.Stmt, mapping: dict) -> T.Stmt:
     if not mapping:
         return s
-    return _map_stmt(s, lambda e: EF.substitute(e, mapping))
+    return map_stmt(s, f_expr=lambda e: EF.substitute(e, mapping))
 
 
 def _lanes(e: E.Expr) -> int:
@@ -190,13 +149,12 @@ def _rebase_buffer(s: T.Stmt, old: T.Buffer, new: T.Buffer, off: E.Expr) -> T.St
     def fe(e: E.Expr) -> E.Expr:
         return EF.transform(e, fn)
 
-    def fs(st: T.Stmt) -> T.Stmt | None:
+    def fs(st: T.Stmt) -> T.Stmt | None:  # (its expressions are rewritten already)
         if isinstance(st, T.Store) and st.buffer is old:
-            pred = None if st.predicate is None else fe(st.predicate)
-            return T.Store(new, _add_offset(fe(st.index), off), fe(st.value), pred)
+            return T.Store(new, _add_offset(st.index, off), st.value, st.predicate)
         return None
 
-    return _map_stmt(s, fe, fs)
+    return map_stmt(s, f_stmt=fs, f_expr=fe)
 
 
 def _size(buf: T.Buffer) -> E.Expr:
@@ -290,37 +248,29 @@ class _Instrument:
         for e in exprs:
             if e is not None:
                 _shared_reads(e, cond, self.shadows, found)
-        out = []
-        for load, c in found:
-            sh = self.shadows[load.buffer]
-            for idx, lc in self._per_lane(load.index, c):
-                w = E.BufferLoad(sh.writer, idx, "int32")
-                r = E.BufferLoad(sh.reader, idx, "int32")
-                tid = self.tid
-                raced = E.LogicalOp("and", w != -1, w != tid)
-                body = T.seq(
-                    T.IfThenElse(raced, self.ctx.record(0, sh, idx, w, tid)),
-                    T.Store(sh.reader, idx, E.select(E.LogicalOp("or", r == -1, r == tid), tid, E.const(-2))),
-                )
-                out.append(self._guarded(sh, idx, lc, body))
-        return out
+        return [self._access_check(self.shadows[load.buffer], idx, lc, 0)
+                for load, c in found for idx, lc in self._per_lane(load.index, c)]
 
     def write_check(self, s: T.Store) -> list:
         sh = self.shadows.get(s.buffer)
         if sh is None:
             return []
-        out = []
-        for idx, lc in self._per_lane(s.index, s.predicate):
-            w = E.BufferLoad(sh.writer, idx, "int32")
-            r = E.BufferLoad(sh.reader, idx, "int32")
-            tid = self.tid
-            raced = E.LogicalOp("and", r != -1, r != tid)
-            body = T.seq(
-                T.IfThenElse(raced, self.ctx.record(1, sh, idx, r, tid)),
-                T.Store(sh.writer, idx, E.select(E.LogicalOp("or", w == -1, w == tid), tid, E.const(-2))),
-            )
-            out.append(self._guarded(sh, idx, lc, body))
-        return out
+        return [self._access_check(sh, idx, lc, 1) for idx, lc in self._per_lane(s.index, s.predicate)]
+
+    def _access_check(self, sh: _Shadow, idx: E.Expr, cond: E.Expr | None, kind: int) -> T.Stmt:
+        """The check of one access of element ``idx``: ``kind`` 0, a read (a race when another
+        thread wrote it), 1, a write (a race when another thread read it); then the access is
+        recorded in the reader (writer) shadow: this thread, or -2 for several."""
+        w = E.BufferLoad(sh.writer, idx, "int32")
+        r = E.BufferLoad(sh.reader, idx, "int32")
+        other, mine, mine_buf = (w, r, sh.reader) if kind == 0 else (r, w, sh.writer)
+        tid = self.tid
+        raced = E.LogicalOp("and", other != -1, other != tid)
+        body = T.seq(
+            T.IfThenElse(raced, self.ctx.record(kind, sh, idx, other, tid)),
+            T.Store(mine_buf, idx, E.select(E.LogicalOp("or", mine == -1, mine == tid), tid, E.const(-2))),
+        )
+        return self._guarded(sh, idx, cond, body)
 
     def stmt(self, s: T.Stmt) -> T.Stmt:
         if isinstance(s, T.Store):
@@ -365,7 +315,7 @@ class _Region:
         self.conv = conv
         self.threads = threads  # outermost first
         self.shadows = shadows
-        self.varying = {id(t.var) for t in threads}
+        self.uniform = Uniform({t.var for t in threads})  # whether an expression is the same on every thread
         tid: E.Expr = E.const(0)
         nthreads: E.Expr = E.const(1)
         for t in reversed(threads):  # innermost (x) varies fastest
@@ -375,21 +325,10 @@ class _Region:
         self.nthreads = ES.simplify(nthreads)
 
     # -- helpers -------------------------------------------------------------
-    def uniform(self, e: E.Expr) -> bool:
-        """``e`` has the same value in every thread of the block."""
-        for n in EF.walk(e):
-            if isinstance(n, E.Var) and id(n) in self.varying:
-                return False
-            if isinstance(n, E.BufferLoad) and n.buffer.scope == "local":
-                return False
-        return True
-
     def _legalize(self, s: T.Stmt) -> T.Stmt:
         def fs(st: T.Stmt) -> T.Stmt | None:
-            if isinstance(st, T.For) and st.kind == "vthread":
-                return replace(st, kind="serial", body=self._legalize(st.body))
-            return None
-        return _map_stmt(s, lambda e: e, fs)
+            return replace(st, kind="serial") if isinstance(st, T.For) and st.kind == "vthread" else None
+        return map_stmt(s, f_stmt=fs)
 
     def wrap(self, s: T.Stmt) -> T.Stmt:
         """Barrier-free per-thread code ``s`` run by every thread of the block in turn."""
@@ -476,7 +415,7 @@ class _Converter:
 
     # -- host level ------------------------------------------------------------
     def host(self, s: T.Stmt) -> T.Stmt:
-        if isinstance(s, T.For) and s.kind in BLOCK_TAGS + THREAD_TAGS:
+        if isinstance(s, T.For) and s.kind in GPU_TAGS:
             return self.kernel_start(s)
         if isinstance(s, T.SeqStmt):
             return T.SeqStmt(tuple(self.host(c) for c in s.seq))
@@ -504,7 +443,7 @@ class _Converter:
         if isinstance(s, T.For) and s.kind in BLOCK_TAGS:
             blocks = blocks + [s]
             ann = dict(s.annotations)
-            if UNROLL_PRAGMA in ann and _has_gpu_loop(s.body, THREAD_TAGS):
+            if UNROLL_PRAGMA in ann and _has_thread_loop(s.body):
                 # the pragma scopes the per-thread code, not the emulator's thread loops
                 self.pragma = ann.pop(UNROLL_PRAGMA)
             return T.For(s.loop_var, s.min, s.extent, "serial", self.block(s.body, blocks, shadows), ann)
@@ -545,7 +484,7 @@ class _Converter:
 
     def region(self, threads: list, body: T.Stmt, shadows: dict) -> T.Stmt:
         for n in T.walk_stmts(body):
-            if isinstance(n, T.For) and n.kind in BLOCK_TAGS + THREAD_TAGS:
+            if isinstance(n, T.For) and n.kind in GPU_TAGS:
                 raise LoweringError(f"loop {n.loop_var.name} bound to {n.kind} inside the per-thread code "
                                     f"of a kernel (kernel form: block loops, shared allocations, thread loops)")
             if isinstance(n, T.Allocate) and n.buffer.scope == "shared":

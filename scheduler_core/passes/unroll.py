@@ -29,47 +29,24 @@ is never unrolled itself.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from scheduler_core.ir import expr_functor as EF
 from scheduler_core.ir import simplify as ES
 from scheduler_core.ir import tir as T
+from scheduler_core.ir.stmt_functor import map_stmt
 
 AUTO_MAX_DEPTH = 8  # TVM's auto_max_depth default
 SMALL_LOOP_STEPS = 16  # CPU: nests of at most this many steps are unrolled without a pragma
 
 
-def map_stmt_exprs(s: T.Stmt, fe) -> T.Stmt:
-    """``s`` with ``fe`` applied to every expression it holds (recursively).
-
-    Buffers (and their shapes) are kept by identity, since loads refer to them.
-    """
-    if isinstance(s, T.Store):
-        pred = None if s.predicate is None else fe(s.predicate)
-        return T.Store(s.buffer, fe(s.index), fe(s.value), pred)
-    if isinstance(s, T.For):
-        return T.For(s.loop_var, fe(s.min), fe(s.extent), s.kind,
-                     map_stmt_exprs(s.body, fe), dict(s.annotations))
-    if isinstance(s, T.IfThenElse):
-        other = None if s.else_case is None else map_stmt_exprs(s.else_case, fe)
-        return T.IfThenElse(fe(s.cond), map_stmt_exprs(s.then_case, fe), other, s.likely)
-    if isinstance(s, T.SeqStmt):
-        return T.SeqStmt(tuple(map_stmt_exprs(c, fe) for c in s.seq))
-    if isinstance(s, T.Allocate):
-        return T.Allocate(s.buffer, map_stmt_exprs(s.body, fe))
-    if isinstance(s, T.LetStmt):
-        return T.LetStmt(s.var, fe(s.value), map_stmt_exprs(s.body, fe))
-    if isinstance(s, T.Evaluate):
-        return T.Evaluate(fe(s.value))
-    if isinstance(s, T.Barrier):
-        return s
-    raise TypeError(f"unknown statement {type(s).__name__}")
-
-
 def substitute_stmt(s: T.Stmt, mapping: dict) -> T.Stmt:
     """Replace variables (``Var`` -> ``Expr``, by identity) in every expression of ``s``,
-    then simplify those expressions."""
-    return map_stmt_exprs(s, lambda e: ES.simplify(EF.substitute(e, mapping)))
+    then simplify those expressions.  Every statement of the result is a new object, so the
+    copies of an unrolled body share none (passes and features tell statements apart by
+    identity); buffers are kept."""
+    return map_stmt(s, f_stmt=copy.copy, f_expr=lambda e: ES.simplify(EF.substitute(e, mapping)))
 
 
 def const_extent(loop: T.For) -> int | None:

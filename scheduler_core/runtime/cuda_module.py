@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core.base.errors import BuildError, DeviceRuntimeError, RuntimeArgumentError
+from scheduler_core.base.gpu_spec import GPU_TAGS
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr_functor import substitute
@@ -256,9 +257,6 @@ class CudaModule:
 
 
 # -- the host side of a kernel-form program -------------------------------------------------
-
-GPU_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
-
 
 def host_value(e: E.Expr, env: dict) -> int:
     """The integer value of a host expression given ``env`` (Var -> int); DeviceRuntimeError if not constant."""

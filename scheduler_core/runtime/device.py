@@ -32,6 +32,11 @@ _KIND_ALIASES = {
 }
 
 
+def _cuda_attribute(key: str, doc: str) -> property:
+    """A read-only property: the device's CUDA attribute ``key`` (``cuda_driver.device_attributes``)."""
+    return property(lambda self: self._attribute(key), doc=doc)
+
+
 @dataclass(frozen=True)
 class Device:
     """A device: ``kind`` is ``"cpu"`` or ``"cuda"``, ``index`` the device number (>= 0)."""
@@ -92,40 +97,15 @@ class Device:
         self.check_usable()
         return device_attributes(self.index)[key]
 
-    @property
-    def device_name(self) -> str:
-        """The GPU's name, e.g. ``"NVIDIA H100 80GB HBM3"`` (DeviceRuntimeError without one)."""
-        return self._attribute("device_name")
-
-    @property
-    def compute_version(self) -> str:
-        """The compute capability as ``"major.minor"``, e.g. ``"9.0"``."""
-        return self._attribute("compute_version")
-
-    @property
-    def max_threads_per_block(self) -> int:
-        """Threads one block may have."""
-        return self._attribute("max_threads_per_block")
-
-    @property
-    def warp_size(self) -> int:
-        """Threads of a warp."""
-        return self._attribute("warp_size")
-
-    @property
-    def max_shared_memory_per_block(self) -> int:
-        """Bytes of static shared memory one block may use."""
-        return self._attribute("max_shared_memory_per_block")
-
-    @property
-    def multi_processor_count(self) -> int:
-        """Streaming multiprocessors of the GPU."""
-        return self._attribute("multi_processor_count")
-
-    @property
-    def total_global_memory(self) -> int:
-        """Bytes of device memory."""
-        return self._attribute("total_memory")
+    # The CUDA device attributes (TVM's names); DeviceRuntimeError for the CPU or an unusable device.
+    device_name = _cuda_attribute("device_name", 'The GPU\'s name, e.g. "NVIDIA H100 80GB HBM3" (str).')
+    compute_version = _cuda_attribute("compute_version", 'The compute capability "major.minor", e.g. "9.0".')
+    max_threads_per_block = _cuda_attribute("max_threads_per_block", "Threads one block may have (int).")
+    warp_size = _cuda_attribute("warp_size", "Threads of a warp (int).")
+    max_shared_memory_per_block = _cuda_attribute(
+        "max_shared_memory_per_block", "Bytes of static shared memory one block may use (int).")
+    multi_processor_count = _cuda_attribute("multi_processor_count", "Streaming multiprocessors of the GPU (int).")
+    total_global_memory = _cuda_attribute("total_memory", "Bytes of device memory (int).")
 
     def __str__(self) -> str:
         return f"{self.kind}({self.index})"

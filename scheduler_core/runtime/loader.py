@@ -16,17 +16,16 @@ in this process returns the old code.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 import llvmlite.binding as llvm
 
 from scheduler_core.base.errors import BuildError
 from scheduler_core.codegen import thread_pool
+from scheduler_core.codegen.parallel import load_libgomp
 
 from .export import link_shared
 from .module import Module
@@ -128,7 +127,11 @@ def elf_defined_symbols(data: bytes) -> list:
 
 def _load_llvm_ir(ir_text: str, entry_name: str | None) -> Module:
 
-    _load_libgomp()
+    if "GOMP_parallel" in ir_text:  # built with the gomp runtime
+        try:
+            load_libgomp()
+        except RuntimeError as err:
+            raise BuildError(f"the IR calls libgomp, which cannot be loaded: {err}") from err
     try:
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
@@ -157,14 +160,3 @@ def _host_target_machine(llvm):
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
         opt=3, reloc="pic", codemodel="default")
-
-
-@lru_cache(maxsize=1)
-def _load_libgomp() -> None:
-    """Make libgomp's symbols (GOMP_parallel, omp_get_thread_num) visible to the JIT, if present."""
-
-    name = ctypes.util.find_library("gomp") or "libgomp.so.1"
-    try:
-        llvm.load_library_permanently(name)
-    except RuntimeError:
-        pass  # IR without parallel loops does not need it; a missing symbol fails at finalize

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scheduler_core.arith.linear_form import linear_form
 from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp
-from scheduler_core.ir.bound import linear_form
 from scheduler_core.ir.expr import Expr, IntImm, IterVar, TensorLoad, Var, as_expr
 from scheduler_core.ir.expr_functor import transform, walk
 from scheduler_core.ir.simplify import const_value

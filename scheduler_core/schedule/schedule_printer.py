@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from scheduler_core.ir.name_supply import fresh_name
+
 from . import dataflow_step as df
 from . import transform_step as ts
 from .loop_state import State
@@ -36,11 +38,7 @@ class _Printer:
                 self._axes_line(k)
 
     def _fresh(self, base: str) -> str:
-        name, n = base, 1
-        while name in self.used:
-            name, n = f"{base}_{n}", n + 1
-        self.used.add(name)
-        return name
+        return fresh_name(base, self.used)
 
     def _axes_line(self, k: int):
         st = self.state.stages[k]

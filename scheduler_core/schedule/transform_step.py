@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import LoweringError, ScheduleError, check
 from scheduler_core.ir.expr import IntImm, as_expr
 from scheduler_core.ir.simplify import simplify
@@ -380,18 +380,14 @@ def check_compute_locations(state: State) -> State:
     is remembered (by identity, the last ``_CHECKED_MAX`` of them) and not checked again: the
     search checks a mutant when it replays it and lowering checks it once more.
     """
-    hit = _CHECKED.get(id(state))
-    if hit is state:
-        return state
-    _check_compute_locations(state)
-    _CHECKED[id(state)] = state  # the state is kept so its id is not reused
-    if len(_CHECKED) > _CHECKED_MAX:
-        _CHECKED.popitem(last=False)
+    if _CHECKED.get(id(state), keep=(state,)) is None:
+        _check_compute_locations(state)
+        _CHECKED.put(id(state), True, keep=(state,))  # the state is kept so its id is not reused
     return state
 
 
-_CHECKED: OrderedDict = OrderedDict()
 _CHECKED_MAX = 8192
+_CHECKED: BoundedCache[int, bool] = BoundedCache(_CHECKED_MAX)
 
 
 def _check_compute_locations(state: State) -> None:

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from cost_model import LGBMModel
 from scheduler_core.base.errors import LoweringError, ScheduleError
 from scheduler_core.measure.data import MeasureInput
-from scheduler_core.measure.record import load_records
+from scheduler_core.measure.record_file import load_records
 from sketch_rules import (
     SketchPolicyParams,
     default_mutation_rules,
@@ -91,6 +92,22 @@ class SketchPolicy:
         self.on_phase: Callable[[str], None] | None = None
         for cb in init_search_callbacks or []:
             cb(self)
+
+    @classmethod
+    def from_options(cls, task, options: TuningOptions, cost_model: Any = None, seed_offset: int = 0,
+                     init_search_callbacks=None) -> SketchPolicy:
+        """The policy of a search run with ``options``: the one place "policy + model + params from
+        the options" is assembled (a task's tune, the task scheduler, the service's jobs, meta_schedule).
+
+        cost_model : default ``LGBMModel(seed=options.seed)``; params: SketchPolicyParams with the
+        options' ``population`` and ``num_iters`` (Ansor's other defaults); seed ``options.seed +
+        seed_offset`` (a task's index in a scheduler, or how many states a resumed job has measured);
+        verbose ``options.verbose``.
+        """
+        params = SketchPolicyParams(population=options.population, num_iters=options.num_iters)
+        model = cost_model if cost_model is not None else LGBMModel(seed=options.seed)
+        return cls(task, model, params=params, seed=options.seed + int(seed_offset), verbose=options.verbose,
+                   init_search_callbacks=init_search_callbacks)
 
     # -- bookkeeping ---------------------------------------------------------
     def add_measured(self, state, cost: float | None) -> None:

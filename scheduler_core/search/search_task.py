@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cost_model import LGBMModel
 from scheduler_core.base.errors import InvalidWorkloadError, SchedulerCoreError
 from scheduler_core.base.target import HardwareParams
 from scheduler_core.dag.compute_dag import ComputeDAG
@@ -25,10 +24,9 @@ from scheduler_core.dag.workload_registry import (  # sc.register_workload is th
     register_workload,  # noqa: F401
 )
 from scheduler_core.driver.program import Program, program_from_state
-from scheduler_core.measure.record import load_best_record
+from scheduler_core.measure.record_file import load_best_record
 from scheduler_core.schedule.schedule_api import Schedule
 from scheduler_core.schedule.schedule_printer import state_to_python
-from sketch_rules import SketchPolicyParams
 
 from .search_policy import SketchPolicy
 from .tuning_options import TuningOptions
@@ -74,9 +72,7 @@ class SearchTask(Task):
         population, generations and seed.  Returns the best State found (None if none).
         """
         if search_policy is None:
-            params = SketchPolicyParams(population=tuning_options.population, num_iters=tuning_options.num_iters)
-            search_policy = SketchPolicy(self, LGBMModel(seed=tuning_options.seed), params=params,
-                                         seed=tuning_options.seed, verbose=tuning_options.verbose)
+            search_policy = SketchPolicy.from_options(self, tuning_options)
         return search_policy.tune(tuning_options)
 
     def _best_record(self, log_file: str):

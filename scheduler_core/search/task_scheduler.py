@@ -20,9 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cost_model import LGBMModel
 from scheduler_core.measure.data import FAILED_COST_S
-from sketch_rules import SketchPolicyParams
 
 from .program_measurer import ProgramMeasurer
 from .search_policy import PreloadMeasuredStates, SketchPolicy
@@ -72,43 +70,51 @@ class TaskScheduler:
         return int(np.argmin(grads))
 
     def tune(self, tuning_options, search_policy: str = "default", cost_model_factory=None,
-             on_phase=None) -> list:
+             on_phase=None, init_search_callbacks=None) -> list:
         """Spend ``tuning_options.num_measure_trials`` over the tasks; returns the best State per task.
 
-        Each task gets a SketchPolicy with its own cost model (``cost_model_factory()``, default
-        LGBMModel) and the options' population, generations and seed (+ task index); one
-        ProgramMeasurer made from the options measures every batch, so each of its
-        ``measure_callbacks`` (e.g. RecordToFile) receives every record of every task.
-        ``on_phase``: given to every policy (``SketchPolicy.on_phase``), so a caller sees the phases.
+        Each task gets ``SketchPolicy.from_options`` with its own cost model (``cost_model_factory()``,
+        default LGBMModel) and the options' seed + the task's index; one ProgramMeasurer made from
+        the options measures every batch, so each of its ``measure_callbacks`` (e.g. RecordToFile)
+        receives every record of every task.  ``on_phase``: given to every policy
+        (``SketchPolicy.on_phase``), so a caller sees the phases.  ``init_search_callbacks``: run on
+        every policy after ``load_log_file``'s PreloadMeasuredStates.  A scheduler of one task is its
+        policy: one ``search`` over the whole budget, with the options' early stopping.
         """
-        if cost_model_factory is None:
-            cost_model_factory = LGBMModel
         callbacks = [PreloadMeasuredStates(self.load_log_file)] if self.load_log_file else []
-        params = SketchPolicyParams(population=tuning_options.population, num_iters=tuning_options.num_iters)
-        policies = [SketchPolicy(t, cost_model_factory(), params=params, seed=tuning_options.seed + k,
-                                 verbose=tuning_options.verbose, init_search_callbacks=callbacks)
+        callbacks += list(init_search_callbacks or [])
+        policies = [SketchPolicy.from_options(t, tuning_options, cost_model_factory() if cost_model_factory else None,
+                                              seed_offset=k, init_search_callbacks=callbacks)
                     for k, t in enumerate(self.tasks)]
         for policy in policies:
             policy.on_phase = on_phase
         measurer = ProgramMeasurer.from_options(tuning_options)
         per_round = tuning_options.num_measures_per_round
         left = tuning_options.num_measure_trials
+        if len(self.tasks) == 1 and left > 0:
+            policies[0].search(left, tuning_options.early_stopping, per_round, measurer)
+            self._account(0, measurer, measurer.ct)
+            left = 0
         t0 = time.perf_counter()
         while left > 0:
             i = self._pick()
             n = min(per_round, left)
             before = measurer.ct
             policies[i].search(n, None, n, measurer)
-            cost = measurer.best_cost.get(self.tasks[i].workload_key, FAILED_COST_S)
-            self.best_costs[i] = min(self.best_costs[i], cost)
-            self.history[i].append(self.best_costs[i])
-            self.rounds[i] += 1
-            self.task_cts[i] += measurer.ct - before
+            self._account(i, measurer, measurer.ct - before)
             left -= n
             if tuning_options.verbose >= 1:
                 print(self.progress_table(time.perf_counter() - t0, next_id=self._pick_preview()), flush=True)
         self.best_states = [measurer.best_state.get(t.workload_key) for t in self.tasks]
         return list(self.best_states)
+
+    def _account(self, i: int, measurer: ProgramMeasurer, n_measured: int) -> None:
+        """After a round of task ``i``: its best cost, history, rounds and trials."""
+        cost = measurer.best_cost.get(self.tasks[i].workload_key, FAILED_COST_S)
+        self.best_costs[i] = min(self.best_costs[i], cost)
+        self.history[i].append(self.best_costs[i])
+        self.rounds[i] += 1
+        self.task_cts[i] += n_measured
 
     def _pick_preview(self) -> int:
         state = self.rng.bit_generator.state

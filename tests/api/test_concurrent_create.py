@@ -90,16 +90,16 @@ def test_concurrent_posts_of_one_workload_start_one_job(client, store):
     task_id, job_id, wk = created["task_id"], created["job_id"], created["workload_key"]
 
     # the task hash and the index agree
-    target = Target.parse("llvm").str
+    target = str(Target.parse("llvm"))
     assert wk == ComputeDAG.from_json(payload["dag"]).workload_key
     assert store.task_for_workload(wk, target) == task_id
     task = store.get_task(task_id)
-    assert task["task_id"] == task_id and task["workload_key"] == wk and task["target"] == target
-    assert task["latest_job_id"] == job_id and task["tuning"]["num_measure_trials"] == 8
+    assert task.task_id == task_id and task.workload_key == wk and task.target == target
+    assert task.latest_job_id == job_id and task.tuning["num_measure_trials"] == 8
     assert store.conn.exists(keys.dag(wk))
     # one job, queued, enqueued once
     job = store.get_job(job_id)
-    assert job["state"] == "queued" and job["task_id"] == task_id and job["trials_total"] == 8
+    assert job.state == "queued" and job.task_id == task_id and job.trials_total == 8
     new_rq = [j for j in _rq_job_ids(store) if j not in before]
     assert new_rq == [job_id]
     n_jobs = sum(1 for _ in store.conn.scan_iter(match=keys.job("*")))
@@ -123,13 +123,13 @@ def test_concurrent_resumes_start_one_job(client, store):
         lambda: client.post(f"/tasks/{task_id}/resume", json={"num_measure_trials": 4})))
     job_id = resumed["job_id"]
     assert job_id != first and resumed["task_id"] == task_id
-    assert store.get_task(task_id)["latest_job_id"] == job_id
-    assert store.get_job(job_id)["state"] == "queued"
+    assert store.get_task(task_id).latest_job_id == job_id
+    assert store.get_job(job_id).state == "queued"
     assert [j for j in _rq_job_ids(store) if j not in before] == [job_id]
     # a POST of the same workload now conflicts with the resumed job, and keeps the task's tuning
     again = client.post("/tasks", json=_payload(36, trials=12))
     assert again.status_code == 409 and job_id in again.json()["detail"]
-    assert store.get_task(task_id)["tuning"]["num_measure_trials"] == 4
+    assert store.get_task(task_id).tuning["num_measure_trials"] == 4
 
 
 @pytest.mark.integration
@@ -145,5 +145,5 @@ def test_concurrent_posts_of_different_workloads_all_succeed(client, store):
     assert [r.status_code for r in responses] == [201] * N_THREADS, [r.text for r in responses][:3]
     for r in responses:
         body = r.json()
-        assert store.get_task(body["task_id"])["latest_job_id"] == body["job_id"]
+        assert store.get_task(body["task_id"]).latest_job_id == body["job_id"]
         assert store.task_for_workload(body["workload_key"], "llvm") == body["task_id"]

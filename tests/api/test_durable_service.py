@@ -241,10 +241,10 @@ def test_serve_restarts_a_dead_worker_and_requeues_a_job_interrupted_by_its_shut
     try:
         store = RedisStore(conn)
         left = store.get_job(created["job_id"])
-        assert left["state"] == "running"  # interrupted: the job hash was not ended
-        done_at_stop = left["trials_done"]
+        assert left.state == "running"  # interrupted: the job hash was not ended
+        done_at_stop = left.trials_done
         task = store.get_task(created["task_id"])
-        before = list(store.iter_records(task["workload_key"], task["target"]))
+        before = list(store.iter_records(task.workload_key, task.target))
     finally:
         redis_conn.stop_embedded()
 

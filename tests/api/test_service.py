@@ -117,9 +117,9 @@ def test_sigkill_of_a_worker_mid_search_loses_no_record(client, conn):
     created = client.post("/tasks", json=payload).json()
     try:
         t0 = time.time()
-        while store.get_job(created["job_id"])["trials_done"] < 4 and time.time() - t0 < 300:
+        while store.get_job(created["job_id"]).trials_done < 4 and time.time() - t0 < 300:
             time.sleep(0.2)
-        kept = int(store.get_job(created["job_id"])["trials_done"])
+        kept = int(store.get_job(created["job_id"]).trials_done)
         _kill_tree(worker.pid)  # the worker and its RQ work-horse (own session), as a dead machine
         worker.wait(timeout=30)
         steps_at_kill = _steps(client, created["task_id"])

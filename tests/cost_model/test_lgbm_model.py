@@ -119,7 +119,7 @@ def test_normalized_throughput_is_per_task():
 
 
 def test_update_from_file(matmul_task, measured, tmp_path):
-    mr = pytest.importorskip("scheduler_core.measure.record")
+    mr = pytest.importorskip("scheduler_core.measure.record_file")
     states, costs = measured
     inputs, results = as_measurements(matmul_task, states[:N_TRAIN], costs[:N_TRAIN])
     path = str(tmp_path / "records.json")

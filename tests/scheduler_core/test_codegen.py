@@ -473,7 +473,7 @@ def test_let_and_bool_buffer():
 def test_target_parse():
     t = Target.parse("llvm -mcpu=skylake-avx512 -mattr=+avx512f -num-cores=4")
     assert (t.kind, t.mcpu, t.mattr, t.num_cores) == ("llvm", "skylake-avx512", ("+avx512f",), 4)
-    assert t.vector_unit_bytes == 64 and "-mcpu=skylake-avx512" in t.str
+    assert t.vector_unit_bytes == 64 and "-mcpu=skylake-avx512" in str(t)
     assert Target.parse("llvm -mcpu=core-avx2").vector_unit_bytes == 32
     assert Target.parse("llvm -mcpu=x86-64").vector_unit_bytes == 16
     assert Target.parse("llvm").mcpu and Target.parse(t) is t

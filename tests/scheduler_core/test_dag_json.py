@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from scheduler_core import ComputeDAG, InvalidWorkloadError, te
 from scheduler_core.dag.dag_json import FORMAT, VERSION, dag_to_json
 from scheduler_core.ir.expr import INTRINSICS, BinaryOp, FloatImm, call, const
+from scheduler_core.ir.intrinsics import INTRINSIC_BY_NAME
 from scheduler_core.ir.simplify import simplify
 
 from .test_compute_dag import (
@@ -295,7 +296,7 @@ def random_dags(draw):
             f = lambda *i: _apply(op, a[i], b[i])  # noqa: E731
         elif kind == "call":
             fn = draw(st.sampled_from(INTRINSICS))
-            f = lambda *i: call(fn, a[i])  # noqa: E731
+            f = lambda *i: call(fn, *(a[i], b[i])[:INTRINSIC_BY_NAME[fn].arity])  # noqa: E731
         elif kind == "cast":
             to = draw(st.sampled_from(["float32", "int32", "float64", "int8", "bool"]))
             f = lambda *i: a[i].astype(to)  # noqa: E731

@@ -20,14 +20,12 @@ from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
 from scheduler_core.lowering.lower import lower_state
 from scheduler_core.measure.data import MeasureErrorNo, MeasureInput, MeasureResult
-from scheduler_core.measure.record import (
-    RECORD_VERSION,
+from scheduler_core.measure.record import RECORD_VERSION, encode_dag_line, encode_record
+from scheduler_core.measure.record_file import (
     RecordReader,
     RecordToFile,
     decode_record,
     distill,
-    encode_dag_line,
-    encode_record,
     load_best_record,
     load_records,
 )

@@ -11,7 +11,7 @@ import pytest
 import scheduler_core as sc
 from scheduler_core.measure.data import FAILED_COST_S, MeasureErrorNo, MeasureResult, median_of, spread_of
 from scheduler_core.measure.local_runner import NOISY_SPREAD, least_noisy_costs
-from scheduler_core.measure.record import load_best_record, load_records
+from scheduler_core.measure.record_file import load_best_record, load_records
 from scheduler_core.search.program_measurer import ProgramMeasurer
 from scheduler_core.search.tuning_options import TuningOptions
 from tests.workloads import matmul_add

@@ -1,4 +1,4 @@
-"""The parallel-loop runtime (dynamic chunks on the default runtime, parallel.RUNTIME): results
+"""The parallel-loop runtime (dynamic chunks on the default runtime, BuildConfig.parallel_runtime): results
 agree with numpy for awkward extents, nesting, errors and one thread, under both chunkings.
 The thread pool's own cases are in test_thread_pool.py.  No timings here: those are
 benchmarks/parallel_load.py's."""
@@ -14,8 +14,8 @@ import pytest
 
 import scheduler_core as sc
 from scheduler_core import te
+from scheduler_core.base.build_config import BuildConfig
 from scheduler_core.codegen import compile_primfunc as compile_passed
-from scheduler_core.codegen import parallel
 from scheduler_core.driver.build_module import run_passes
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import tir as T
@@ -24,13 +24,9 @@ SCHEDULES = ("dynamic", "static")
 
 
 def compile_primfunc(func, schedule="dynamic", target="llvm"):
-    """Codegen after the driver's passes, with ``parallel.SCHEDULE`` set to ``schedule``."""
-    old = parallel.SCHEDULE
-    parallel.SCHEDULE = schedule
-    try:
+    """Codegen after the driver's passes, with the parallel schedule ``schedule``."""
+    with BuildConfig(parallel_schedule=schedule):
         return compile_passed(run_passes(func), target)
-    finally:
-        parallel.SCHEDULE = old
 
 
 def call(cf, *args) -> int:
@@ -73,7 +69,7 @@ def test_thread_counts_including_one_and_more_than_cores(threads):
 
 
 def test_dynamic_launcher_takes_chunks_from_an_atomic_counter(monkeypatch):
-    monkeypatch.setattr(parallel, "RUNTIME", "gomp")  # the libgomp launcher (the pool: test_thread_pool)
+    monkeypatch.setenv("AUTOSCHED_PARALLEL_RUNTIME", "gomp")  # the libgomp launcher (the pool: test_thread_pool)
     cf = compile_primfunc(fill("fill_ir"), "dynamic")
     assert "atomicrmw add" in cf.llvm_ir and "GOMP_parallel" in cf.llvm_ir
     assert "omp_get_thread_num" not in cf.llvm_ir
@@ -140,12 +136,8 @@ def test_scheduled_matmul_with_a_fused_parallel_loop_matches_numpy(schedule):
     s[C].reorder(io, jo, ii, ji)
     s[C].parallel(s[C].fuse(io, jo))
     s[C].vectorize(ji)
-    old = parallel.SCHEDULE
-    parallel.SCHEDULE = schedule
-    try:
+    with BuildConfig(parallel_schedule=schedule):
         f = sc.build(s, [A, B, C], "llvm")
-    finally:
-        parallel.SCHEDULE = old
     rng = np.random.default_rng(1)
     a, b = rng.random((n, k), dtype=np.float32), rng.random((k, m), dtype=np.float32)
     c = np.zeros((n, m), np.float32)
@@ -162,8 +154,9 @@ def test_spin_count_is_set_only_when_the_user_chose_nothing():
     code = textwrap.dedent("""
         import os
         import scheduler_core.codegen.parallel as p
+        applied = p.configure_libgomp_env()  # what the first build with the gomp runtime runs
         print(os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"), p.libgomp_mapped(),
-              p.SPIN_APPLIED)
+              applied)
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
 
@@ -195,3 +188,43 @@ def test_one_thread_from_the_environment_matches_numpy():
                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert res.returncode == 0, res.stderr
     assert "ok" in res.stdout
+
+
+def test_libgomp_is_loaded_only_by_a_gomp_build():
+    code = textwrap.dedent("""
+        import numpy as np
+        import scheduler_core
+        from scheduler_core.base.build_config import BuildConfig
+        from scheduler_core.codegen import compile_primfunc, parallel
+        from scheduler_core.driver.build_module import run_passes
+        from tests.scheduler_core.test_parallel_runtime import fill
+        x = np.zeros(50, np.float32)
+        cf = compile_primfunc(run_passes(fill("fill_pool")))  # the default runtime: our pool
+        assert cf.ctypes_function(x.ctypes.data, 50) == 0
+        print(parallel.libgomp_mapped())
+        cf = compile_primfunc(run_passes(fill("fill_gomp")), config=BuildConfig(parallel_runtime="gomp"))
+        assert cf.ctypes_function(x.ctypes.data, 50) == 0
+        print(parallel.libgomp_mapped(), (x == np.arange(50) * 3 + 1).all())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCHED_PARALLEL")}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "True", "True"]
+
+
+def test_build_config_reads_the_environment_when_made(monkeypatch):
+    monkeypatch.setenv("AUTOSCHED_PARALLEL_RUNTIME", "gomp")
+    monkeypatch.setenv("AUTOSCHED_PARALLEL_SCHEDULE", "static")
+    assert BuildConfig() == BuildConfig("gomp", "static") == BuildConfig.current()
+    monkeypatch.delenv("AUTOSCHED_PARALLEL_RUNTIME")
+    monkeypatch.delenv("AUTOSCHED_PARALLEL_SCHEDULE")
+    assert BuildConfig() == BuildConfig("pool", "dynamic")
+    with BuildConfig("gomp") as outer:
+        assert BuildConfig.current() is outer
+        with BuildConfig("pool", "static") as inner:
+            assert BuildConfig.current() is inner
+        assert BuildConfig.current() is outer
+    assert BuildConfig.current() == BuildConfig()
+    with pytest.raises(sc.BuildError, match="AUTOSCHED_PARALLEL_RUNTIME"):
+        BuildConfig(parallel_runtime="tbb")

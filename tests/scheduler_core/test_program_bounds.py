@@ -269,3 +269,21 @@ def test_any_tensor_name_builds_and_its_header_compiles(tmp_path):
     src = tmp_path / "use.c"
     src.write_text(f'#include "{header.name}"\nint main(void) {{ return 0; }}\n')
     subprocess.run(["cc", "-fsyntax-only", "-Wall", "-Werror", str(src)], check=True, cwd=tmp_path)
+
+
+def test_narrowing_cast_and_negative_floormod_indices_are_not_taken_as_safe():
+    """A cast to int8 of 0..199 wraps to negative indices; floormod by -4 lies in (-4, 0]: both
+    were once read as in bounds (the cast as the identity, the floormod unchecked)."""
+    from scheduler_core.ir.expr import BinaryOp, Cast
+
+    i = Var("i")
+    big = T.Buffer("C", "float32", (IntImm(200),))
+    wrapped = T.For(i, IntImm(0), IntImm(200), "serial", T.Store(big, Cast(i, "int8"), FloatImm(0.0)))
+    with pytest.raises(LoweringError, match=r"'C' out of bounds: .* ranges over \[-128, 127\]"):
+        check_bounds(T.PrimFunc("f", (big,), (), wrapped))
+    check_bounds(T.PrimFunc("f", (big,), (), T.For(i, IntImm(0), IntImm(100), "serial",
+                                                  T.Store(big, Cast(i, "int8"), FloatImm(0.0)))))
+    negative = _loop(i, 16, T.Store(A, BinaryOp("floormod", i, IntImm(-4), "int32"), FloatImm(0.0)))
+    with pytest.raises(LoweringError, match=r"'A' out of bounds: .* ranges over \[-3, 0\]"):
+        check_bounds(_func(negative))
+    check_bounds(_func(_loop(i, 16, T.Store(A, BinaryOp("floormod", i, IntImm(4), "int32"), FloatImm(0.0)))))

@@ -126,4 +126,4 @@ def test_cpu_limit_kills_a_spinning_program(libs):
                             timeout_s=30)
     assert spin.status == "died" and "SIGXCPU" in spin.value, spin
     assert spin.wall_s < 20
-    assert ok.status == "ok" and ok.value[0] == E.NO_ERROR, ok
+    assert ok.status == "ok" and ok.value["error_no"] == E.NO_ERROR, ok

@@ -181,3 +181,18 @@ def test_seed000_workflow_at_full_size(tmp_path):
                          capture_output=True, text=True, timeout=1800, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "best program matches numpy" in res.stdout and "Resume search:" in res.stdout
+
+
+def test_sketch_policy_from_options_is_the_one_assembly():
+    """``SketchPolicy.from_options``: the options' population, generations, seed (+ offset) and
+    verbosity; an LGBMModel unless a cost model is given."""
+    from cost_model import LGBMModel
+    from scheduler_core.search.search_policy import SketchPolicy
+    task = sc.SearchTask(func=matmul_add, args=(8, 8, 8), target="llvm")
+    options = sc.TuningOptions(population=12, num_iters=2, seed=5, verbose=0)
+    policy = SketchPolicy.from_options(task, options, seed_offset=3)
+    assert (policy.params.population, policy.params.num_iters, policy.verbose) == (12, 2, 0)
+    assert isinstance(policy.cost_model, LGBMModel)
+    assert policy.rng.integers(1 << 30) == np.random.default_rng(8).integers(1 << 30)
+    model = RandomModel()
+    assert SketchPolicy.from_options(task, options, cost_model=model).cost_model is model

@@ -18,17 +18,16 @@ import sys
 import llvmlite.binding as llvm
 import pytest
 
-from scheduler_core.base import target as target_mod
+from scheduler_core.base import llvm_cpu
 from scheduler_core.base.errors import BuildError, InvalidTargetError
-from scheduler_core.base.target import (
-    HardwareParams,
-    Target,
+from scheduler_core.base.llvm_cpu import (
     cpu_vector_unit_bytes,
     host_cpu,
     host_features,
     llvm_cpu_names,
     llvm_feature_names,
 )
+from scheduler_core.base.target import HardwareParams, Target
 
 x86_64 = pytest.mark.skipif(not llvm.get_process_triple().startswith("x86_64"),
                             reason="x86-64 CPU names and registers")
@@ -61,7 +60,7 @@ ROUND_TRIP = [
 @pytest.mark.parametrize("text", ROUND_TRIP)
 def test_round_trip(text):
     t = Target.parse(text)
-    assert Target.parse(str(t)) == t and Target.parse(t.str) == t
+    assert Target.parse(str(t)) == t
     assert Target.parse(t) is t
     assert str(Target.parse(str(t))) == str(t)
 
@@ -70,21 +69,21 @@ def test_round_trip(text):
 def test_fields_and_canonical_text():
     t = Target.parse("llvm  -num-cores=4   -mattr=+avx2,,+fma -mcpu=haswell")
     assert (t.kind, t.mcpu, t.mattr, t.num_cores, t.mcpu_given) == ("llvm", "haswell", ("+avx2", "+fma"), 4, True)
-    assert t.str == str(t) == "llvm -mcpu=haswell -mattr=+avx2,+fma -num-cores=4"
-    assert Target.parse("llvm -num-cores=0").str == "llvm"
+    assert str(t) == "llvm -mcpu=haswell -mattr=+avx2,+fma -num-cores=4"
+    assert str(Target.parse("llvm -num-cores=0")) == "llvm"
     assert Target.parse("llvm -num-cores=007").num_cores == 7
-    assert Target.parse("llvm -mtriple=aarch64-linux-gnu").str == "llvm -mtriple=aarch64-linux-gnu"
+    assert str(Target.parse("llvm -mtriple=aarch64-linux-gnu")) == "llvm -mtriple=aarch64-linux-gnu"
     cuda = Target.parse("cuda -arch=sm_80 -model=a100")
-    assert cuda.options == (("arch", "sm_80"), ("model", "a100")) and cuda.str == "cuda -arch=sm_80 -model=a100"
+    assert cuda.options == (("arch", "sm_80"), ("model", "a100")) and str(cuda) == "cuda -arch=sm_80 -model=a100"
     assert cuda.mcpu == "" and cuda.vector_unit_bytes == 16 and cuda.features == frozenset()
 
 
 def test_default_and_native_are_the_host():
     plain = Target.parse("llvm")
-    assert plain.mcpu == host_cpu() and not plain.mcpu_given and plain.is_host and plain.str == "llvm"
+    assert plain.mcpu == host_cpu() and not plain.mcpu_given and plain.is_host and str(plain) == "llvm"
     native = Target.parse("llvm -mcpu=native")
     assert native.mcpu == host_cpu() and native.mcpu_given and native.is_host
-    assert native.str == f"llvm -mcpu={host_cpu()}" and Target.parse(native.str) == native
+    assert str(native) == f"llvm -mcpu={host_cpu()}" and Target.parse(str(native)) == native
 
 
 # -- validation: messages name the allowed values ------------------------------------
@@ -154,13 +153,13 @@ def test_llvm_tables():
     assert {"avx", "avx2", "avx512f", "fma"} <= set(features)
     assert list(cpus) == sorted(cpus) and len(cpus) > 50
     # LLVM prints the tables once per process: a second read comes from a child process, the same
-    child = target_mod._parse_help_tables(target_mod._run_child(target_mod._HELP_SCRIPT).stderr)
+    child = llvm_cpu._parse_help_tables(llvm_cpu._run_child(llvm_cpu._HELP_SCRIPT).stderr)
     assert child == {"cpus": cpus, "features": features}
 
 
 @x86_64
 def test_llvm_tables_are_read_without_showing_them():
-    code = ("from scheduler_core.base.target import llvm_cpu_names, host_cpu; import sys; "
+    code = ("from scheduler_core.base.llvm_cpu import llvm_cpu_names, host_cpu; import sys; "
             "n = llvm_cpu_names(); print(len(n), host_cpu() in n); print('after', file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -173,7 +172,7 @@ def test_help_table_parser():
     text = ("Available CPUs for this target:\n\n  alpha  - Select alpha.\n  beta   - Select beta.\n\n"
             "Available features for this target:\n\n  f1  - Enable f1.\n\n"
             "Use +feature to enable a feature, or -feature to disable it.\n  not-a-name - after the tables\n")
-    assert target_mod._parse_help_tables(text) == {"cpus": ("alpha", "beta"), "features": ("f1",)}
+    assert llvm_cpu._parse_help_tables(text) == {"cpus": ("alpha", "beta"), "features": ("f1",)}
 
 
 @x86_64
@@ -230,3 +229,16 @@ def test_hardware_params_for_target():
     assert hp.num_cores == (os.cpu_count() or 1) and hp.vector_unit_bytes == 64
     host = HardwareParams.for_target(Target.parse("llvm -num-cores=2"))
     assert host == HardwareParams(2, _host_bytes_from_features(), 64, 64)
+
+
+def test_kind_is_an_enum_that_reads_as_its_text():
+    from scheduler_core.base.target import TargetKind
+
+    cpu, gpu = Target.parse("llvm"), Target.parse("cuda -arch=sm_90")
+    assert cpu.kind is TargetKind.LLVM and gpu.kind is TargetKind.CUDA
+    assert not cpu.is_gpu and gpu.is_gpu and TargetKind.CUDA.is_gpu and not TargetKind.LLVM.is_gpu
+    assert gpu.kind == "cuda" and str(gpu.kind) == f"{gpu.kind}" == "cuda" and {"cuda": 1}[gpu.kind] == 1
+    assert Target(kind="cuda").kind is TargetKind.CUDA  # a string kind is converted
+    assert not hasattr(Target, "str")  # str(target) is the canonical text
+    with pytest.raises(ValueError):
+        Target(kind="opencl")

@@ -16,8 +16,9 @@ import pytest
 
 import scheduler_core as sc
 from scheduler_core import te
+from scheduler_core.base.build_config import BuildConfig
 from scheduler_core.codegen import compile_primfunc as compile_passed
-from scheduler_core.codegen import parallel, thread_pool
+from scheduler_core.codegen import thread_pool
 from scheduler_core.driver.build_module import run_passes
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import tir as T
@@ -30,17 +31,12 @@ RUNTIMES = ("pool", "gomp")
 
 @pytest.fixture(autouse=True)
 def pool_runtime(monkeypatch):
-    monkeypatch.setattr(parallel, "RUNTIME", "pool")
+    monkeypatch.setenv("AUTOSCHED_PARALLEL_RUNTIME", "pool")
 
 
 def build(func, target="llvm -num-cores=2", schedule="dynamic"):
-    """Codegen after the driver's passes with ``parallel.SCHEDULE = schedule``."""
-    old = parallel.SCHEDULE
-    parallel.SCHEDULE = schedule
-    try:
-        return compile_passed(run_passes(func), target)
-    finally:
-        parallel.SCHEDULE = old
+    """Codegen after the driver's passes with ``BuildConfig(parallel_schedule=schedule)``."""
+    return compile_passed(run_passes(func), target, BuildConfig(parallel_schedule=schedule))
 
 
 def call(cf, *args) -> int:
@@ -84,11 +80,10 @@ def matmul_schedule(n=37, m=45, k=29):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("schedule", ("dynamic", "static"))
 @pytest.mark.parametrize("target", ("llvm", "llvm -num-cores=2", "llvm -num-cores=3"))
-def test_matmul_and_elementwise_match_numpy(monkeypatch, runtime, schedule, target):
-    monkeypatch.setattr(parallel, "RUNTIME", runtime)
-    monkeypatch.setattr(parallel, "SCHEDULE", schedule)
+def test_matmul_and_elementwise_match_numpy(runtime, schedule, target):
     s, args = matmul_schedule()
-    f = sc.build(s, args, target)
+    with BuildConfig(parallel_runtime=runtime, parallel_schedule=schedule):
+        f = sc.build(s, args, target)
     rng = np.random.default_rng(1)
     a, b = rng.random((37, 29), dtype=np.float32), rng.random((29, 45), dtype=np.float32)
     c = np.zeros((37, 45), np.float32)
@@ -99,7 +94,7 @@ def test_matmul_and_elementwise_match_numpy(monkeypatch, runtime, schedule, targ
     B = te.compute((1001,), lambda i: A[i] * 2.0 + 1.0, name="B")
     s = te.create_schedule(B.op)
     s[B].parallel(B.op.axis[0])
-    f = sc.build(s, [A, B], target)
+    f = sc.build(s, [A, B], target, config=BuildConfig(parallel_runtime=runtime, parallel_schedule=schedule))
     x, y = rng.random(1001, dtype=np.float32), np.zeros(1001, np.float32)
     f(x, y)
     np.testing.assert_allclose(y, x * 2 + 1, rtol=1e-6)
@@ -293,7 +288,7 @@ def test_many_modules_in_one_process_share_one_pool():
 
 
 def test_unknown_runtime_is_a_build_error(monkeypatch):
-    monkeypatch.setattr(parallel, "RUNTIME", "tbb")
+    monkeypatch.setenv("AUTOSCHED_PARALLEL_RUNTIME", "tbb")
     with pytest.raises(sc.BuildError, match="RUNTIME"):
         build(increment("inc_bad"))
 

@@ -22,22 +22,17 @@ from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
 from scheduler_core.dag.workload_registry import register_workload
 from scheduler_core.measure.data import MeasureInput, MeasureResult
-from scheduler_core.measure.record import (
-    RECORD_VERSION,
+from scheduler_core.measure.record import RECORD_VERSION, encode_dag_line, encode_record, parse_line, tvm_line_of
+from scheduler_core.measure.record_file import (
     RecordReader,
     RecordToFile,
-    UnresolvedWorkloadError,
     distill,
-    encode_dag_line,
-    encode_record,
     iter_lines,
     load_best_record,
     load_records,
-    parse_line,
     save_records,
-    tvm_line_of,
 )
-from scheduler_core.measure.tvm_record import steps_from_tvm, steps_to_tvm, target_from_tvm
+from scheduler_core.measure.tvm_record import UnresolvedWorkloadError, steps_from_tvm, steps_to_tvm, target_from_tvm
 from scheduler_core.schedule.dataflow_step import replay_steps, step_from_record
 from scheduler_core.schedule.loop_state import ANNOTATION_CODE, ANNOTATIONS, State
 from scheduler_core.schedule.schedule_api import Schedule

@@ -63,10 +63,10 @@ def test_tune_restarts_a_killed_worker_and_its_job_finishes(tmp_path):
                 job = store.get_job(job_ids[0]) if job_ids else None
             except redis.RedisError:
                 job = None
-            if job and job["state"] == "running" and job["trials_done"] >= 2:
+            if job and job.state == "running" and job.trials_done >= 2:
                 break
             time.sleep(0.1)
-        assert job and job["trials_done"] >= 2 and tune.poll() is None, (job, tune.poll())
+        assert job and job.trials_done >= 2 and tune.poll() is None, (job, tune.poll())
         workers = [p for p in psutil.Process(tune.pid).children()
                    if re.search(r"\brq\.cli\b", " ".join(p.cmdline()))]
         assert len(workers) == 1, workers

@@ -72,6 +72,6 @@ def test_queue_job_without_listener_ends_failed_and_is_not_retried(conn, monkeyp
     rq_job = enqueue_tune(conn, task_id, job_id, 2)  # Retry(max=2) by default
     _work(conn)  # NoMeasurementWorker after the no-listener grace period
     job = store.get_job(job_id)
-    assert job["state"] == "failed" and "NoMeasurementWorker" in job["error"] and "measure:llvm:" in job["error"]
-    assert "\n" not in job["error"] and "Traceback" not in job["error"]
+    assert job.state == "failed" and "NoMeasurementWorker" in job.error and "measure:llvm:" in job.error
+    assert "\n" not in job.error and "Traceback" not in job.error
     assert Job.fetch(rq_job.id, connection=conn, serializer=JSONSerializer).get_status() == "finished"

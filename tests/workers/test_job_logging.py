@@ -169,8 +169,8 @@ def test_a_tune_job_in_a_worker_process_logs_to_redis_and_its_file_only(conn, tm
     try:
         deadline = time.monotonic() + 240
         while worker.poll() is None and time.monotonic() < deadline:
-            running = store.get_job(job_id) or {}
-            phase = running.get("phase")
+            running = store.get_job(job_id)
+            phase = running.phase if running else None
             if phase and (not phases or phases[-1] != phase):
                 phases.append(phase)
                 since = JobPublic.model_validate(running).model_dump(mode="json")["phase_since"]
@@ -180,13 +180,13 @@ def test_a_tune_job_in_a_worker_process_logs_to_redis_and_its_file_only(conn, tm
     finally:
         stop_worker_processes([worker])
     job = store.get_job(job_id)
-    assert job["state"] == "finished", job["error"]
+    assert job.state == "finished", job.error
     # nothing reached the terminal: RQ's own lines and the job's go to the file
     assert out.decode().strip() == "" and err.decode().strip() == "", (out, err)
     # the phases polled from the job hash follow the search's order (polling may miss short ones)
     order = {p: k for k, p in enumerate(PHASES + ["saving"])}
     assert phases and all(p in order for p in phases), phases
-    assert job["phase"] == "" and job["phase_since"] == ""
+    assert job.phase == "" and job.phase_since is None  # cleared: "" in the hash
 
     lines = read_job_log(conn, job_id)
     text = "\n".join(lines)
@@ -241,7 +241,7 @@ def test_a_failed_job_logs_the_one_line_error_and_its_end(conn):
     enqueue_tune(conn, task_id, job_id, 2)
     SimpleWorker([tune_queue(conn)], connection=conn, serializer=JSONSerializer).work(burst=True)
     job = store.get_job(job_id)
-    assert job["state"] == "failed" and job["phase"] == ""
+    assert job.state == "failed" and job.phase == ""
     lines = read_job_log(conn, job_id)
     assert lines[-2].endswith(f"ERROR workers.jobs: job {job_id} failed: UnknownTaskError: "
                               f"unknown task '{task_id}'"), lines

@@ -18,7 +18,7 @@ from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from scheduler_core.dag.compute_dag import ComputeDAG
-from scheduler_core.measure.record import decode_record
+from scheduler_core.measure.record_file import decode_record
 from tests.workloads import matmul_add
 from workers.queues import enqueue_tune, tune_queue
 from workers.store import RedisStore
@@ -49,14 +49,14 @@ def tuned(redis_server):
 def test_tune_job_records_best_and_artifacts(tuned, tmp_path):
     store, task_id, wk, job_id = tuned
     job = store.get_job(job_id)
-    assert job["state"] == "finished", job["error"]
-    assert job["trials_done"] == 6 and store.count_records(wk, "llvm") == 6
-    assert job["best_cost_s"] > 0 and job["best_gflops"] > 0
-    assert sum(job["errors"].values()) < 6
+    assert job.state == "finished", job.error
+    assert job.trials_done == 6 and store.count_records(wk, "llvm") == 6
+    assert job.best_cost_s > 0 and job.best_gflops > 0
+    assert sum(job.errors.values()) < 6
     dag = store.load_dag(wk)
     cost, line = store.best_record(wk, "llvm")
     inp, res = decode_record(line, {wk: dag})
-    assert res.error_no == 0 and res.median_cost == cost == job["best_cost_s"]
+    assert res.error_no == 0 and res.median_cost == cost == job.best_cost_s
     for fmt in ("so", "o", "ll", "asm", "h"):
         assert store.load_artifact(task_id, fmt), fmt
     assert store.load_artifact(task_id, "so")[:4] == b"\x7fELF"
@@ -81,7 +81,7 @@ def test_rerunning_the_same_job_measures_nothing_new(tuned):
     enqueue_tune(store.conn, task_id, job_id, 6)   # what RQ's retry of this job runs
     _work(store.conn)
     job = store.get_job(job_id)
-    assert job["state"] == "finished" and job["trials_done"] == 6
+    assert job.state == "finished" and job.trials_done == 6
     assert list(store.iter_records(wk, "llvm")) == before
 
 
@@ -92,12 +92,12 @@ def test_resume_adds_exactly_the_new_trials_without_repeats(tuned):
     enqueue_tune(store.conn, task_id, job_id, 4)
     _work(store.conn)
     job = store.get_job(job_id)
-    assert job["state"] == "finished" and job["trials_done"] == 4, job["error"]
+    assert job.state == "finished" and job.trials_done == 4, job.error
     after = store.step_records(wk, "llvm")
     assert len(after) == len(before) + 4 and after[:len(before)] == before
     assert len(set(after)) == len(after)
-    assert job["best_cost_s"] <= store.get_job(first_job)["best_cost_s"]  # the task's best so far
-    assert store.get_task(task_id)["latest_job_id"] == job_id
+    assert job.best_cost_s <= store.get_job(first_job).best_cost_s  # the task's best so far
+    assert store.get_task(task_id).latest_job_id == job_id
 
 
 def test_cancel_before_start_and_unknown_task(redis_server):
@@ -107,11 +107,11 @@ def test_cancel_before_start_and_unknown_task(redis_server):
     enqueue_tune(redis_server, task_id, job_id, 3)
     assert store.request_cancel(job_id)
     _work(redis_server)
-    assert store.get_job(job_id)["state"] == "cancelled"
+    assert store.get_job(job_id).state == "cancelled"
     with pytest.raises(KeyError):
         store.create_job("no-such-task", 3)
     bad = store.create_job(task_id, 3)
     enqueue_tune(redis_server, "no-such-task", bad, 3, retries=0)
     _work(redis_server)
     job = store.get_job(bad)
-    assert job["state"] == "failed" and "no-such-task" in job["error"]
+    assert job.state == "failed" and "no-such-task" in job.error

@@ -64,8 +64,8 @@ def test_measurement_worker_killed_mid_batch_is_rerun_elsewhere(conn):
         if tuner.poll() is None:  # the test failed before the search ended
             _kill_tree(tuner.pid)
     job = store.get_job(job_id)
-    assert job["state"] == "finished", job
-    steps = [json.dumps(json.loads(line)["i"][1]) for line in store.iter_records(wk, store.get_task(task_id)["target"])]
+    assert job.state == "finished", job
+    steps = [json.dumps(json.loads(line)["i"][1]) for line in store.iter_records(wk, store.get_task(task_id).target)]
     assert len(steps) == 8 and len(set(steps)) == 8
-    ok = [json.loads(line) for line in store.iter_records(wk, store.get_task(task_id)["target"])]
+    ok = [json.loads(line) for line in store.iter_records(wk, store.get_task(task_id).target)]
     assert sum(1 for r in ok if r["r"][1] == 0) >= 4  # the re-run batch measured for real

@@ -39,9 +39,9 @@ from scheduler_core.graph.ir import (
     run_reference,
 )
 from scheduler_core.runtime.loader import load_module
-from workers.model_store import ModelStore, enqueue_model_tune, model_tasks
+from workers.model_store import ModelStore, model_tasks
 from workers.processes import start_worker_process, stop_worker_processes
-from workers.queues import measure_queue_name, tune_queue
+from workers.queues import enqueue_model_tune, measure_queue_name, tune_queue
 from workers.store import ActiveJobError
 
 N, K = 8, 16
@@ -134,23 +134,22 @@ def test_model_job_tunes_every_task_and_builds_one_library(redis_server, tmp_pat
     graph = model_graph()
     model_id, tasks, job_id = store.create_model_with_job(graph, "llvm", TUNING, 2)
     dense, bias = tasks
-    assert (dense["functions"], dense["weight"], bias["weight"]) == (["dense0", "dense1"], 2, 1)
+    assert (list(dense.functions), dense.weight, bias.weight) == (["dense0", "dense1"], 2, 1)
     # one active job per task: neither the same model nor one of its tasks can start another
     with pytest.raises(ActiveJobError):
         store.create_model_with_job(graph, "llvm", TUNING, 2)
     with pytest.raises(ActiveJobError):
-        store.create_job(bias["task_id"], 2)
+        store.create_job(bias.task_id, 2)
     enqueue_model_tune(redis_server, model_id, job_id, 2)
     _work(redis_server)
     job = store.get_job(job_id)
-    assert job["state"] == "finished", job["error"]
-    assert job["trials_done"] == 2 and job["model_id"] == model_id and job["task_id"] == ""
+    assert job.state == "finished", job.error
+    assert job.trials_done == 2 and job.model_id == model_id and job.task_id == ""
     # the first task (by first call) was measured; the other one waits
-    assert store.task_progress(job_id, [dense["task_id"], bias["task_id"]]) == {dense["task_id"]: 2,
-                                                                                 bias["task_id"]: 0}
-    assert store.count_records(dense["workload_key"], "llvm") == 2
-    assert store.best_record(dense["workload_key"], "llvm") is not None
-    assert store.load_artifact(dense["task_id"], "so")[:4] == b"\x7fELF"   # the task's own artifact
+    assert store.task_progress(job_id, [dense.task_id, bias.task_id]) == {dense.task_id: 2, bias.task_id: 0}
+    assert store.count_records(dense.workload_key, "llvm") == 2
+    assert store.best_record(dense.workload_key, "llvm") is not None
+    assert store.load_artifact(dense.task_id, "so")[:4] == b"\x7fELF"   # the task's own artifact
     so, header, gj = open_artifact(store.load_model_artifact(model_id), tmp_path / "first")
     assert gj["functions"]["dense0"]["entry"]["symbol"] == gj["functions"]["dense1"]["entry"]["symbol"] == "dense0"
     assert gj["functions"]["dense0"]["entry"]["schedule"] == "tuned"
@@ -161,27 +160,27 @@ def test_model_job_tunes_every_task_and_builds_one_library(redis_server, tmp_pat
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
     # the same graph again: the same model, a new job that continues from the records
-    before = store.step_records(dense["workload_key"], "llvm")
+    before = store.step_records(dense.workload_key, "llvm")
     model2, tasks2, job2 = store.create_model_with_job(graph, "llvm", TUNING, 4)
-    assert model2 == model_id and [t["task_id"] for t in tasks2] == [dense["task_id"], bias["task_id"]]
+    assert model2 == model_id and [t.task_id for t in tasks2] == [dense.task_id, bias.task_id]
     enqueue_model_tune(redis_server, model_id, job2, 4)
     _work(redis_server)
     job = store.get_job(job2)
-    assert job["state"] == "finished" and job["trials_done"] == 4, job["error"]
-    progress = store.task_progress(job2, [dense["task_id"], bias["task_id"]])
-    assert progress[bias["task_id"]] >= 2 and sum(progress.values()) == 4   # the unstarted task came first
-    after = store.step_records(dense["workload_key"], "llvm")
+    assert job.state == "finished" and job.trials_done == 4, job.error
+    progress = store.task_progress(job2, [dense.task_id, bias.task_id])
+    assert progress[bias.task_id] >= 2 and sum(progress.values()) == 4   # the unstarted task came first
+    after = store.step_records(dense.workload_key, "llvm")
     assert after[:len(before)] == before and len(set(after)) == len(after)
-    assert store.count_records(bias["workload_key"], "llvm") == progress[bias["task_id"]]
+    assert store.count_records(bias.workload_key, "llvm") == progress[bias.task_id]
     described, total = store.describe_tasks(store.get_model(model_id))
-    assert total == pytest.approx(sum(t["weight"] * t["best_cost_s"] for t in described))
-    assert job["best_cost_s"] == pytest.approx(total)
+    assert total == pytest.approx(sum(t.weight * t.best_cost_s for t in described))
+    assert job.best_cost_s == pytest.approx(total)
     # what RQ's retry of the same job runs (a worker died after the last batch): nothing new
-    counts = [store.count_records(t["workload_key"], "llvm") for t in (dense, bias)]
+    counts = [store.count_records(t.workload_key, "llvm") for t in (dense, bias)]
     enqueue_model_tune(redis_server, model_id, job2, 4)
     _work(redis_server)
-    assert store.get_job(job2)["state"] == "finished"
-    assert [store.count_records(t["workload_key"], "llvm") for t in (dense, bias)] == counts
+    assert store.get_job(job2).state == "finished"
+    assert [store.count_records(t.workload_key, "llvm") for t in (dense, bias)] == counts
     so, _, gj = open_artifact(store.load_model_artifact(model_id), tmp_path / "second")
     assert {gj["functions"][f]["entry"]["schedule"] for f in ("dense0", "bias")} == {"tuned"}
     for got, want in zip(run_artifact(so, gj, *args), reference_outputs(args)):
@@ -194,7 +193,7 @@ def test_unknown_model_fails_the_job(redis_server):
     enqueue_model_tune(redis_server, "no-such-model", job_id, 2, retries=0)
     _work(redis_server)
     job = store.get_job(job_id)
-    assert job["state"] == "failed" and "no-such-model" in job["error"]
+    assert job.state == "failed" and "no-such-model" in job.error
 
 
 def test_model_job_measures_on_the_measurement_queue(redis_server):
@@ -209,8 +208,8 @@ def test_model_job_measures_on_the_measurement_queue(redis_server):
     finally:
         stop_worker_processes([measurer])
     job = store.get_job(job_id)
-    assert job["state"] == "finished" and job["trials_done"] == 4, job["error"]
+    assert job.state == "finished" and job.trials_done == 4, job.error
     for t in tasks:
-        assert store.count_records(t["workload_key"], "llvm") == 2
-        assert store.best_record(t["workload_key"], "llvm") is not None
+        assert store.count_records(t.workload_key, "llvm") == 2
+        assert store.best_record(t.workload_key, "llvm") is not None
     assert store.load_model_artifact(model_id)

@@ -22,7 +22,8 @@ from scheduler_core.schedule.schedule_api import Schedule
 from scheduler_core.search.tuning_options import TuningOptions
 from tests.workloads import matmul_add
 from workers import keys
-from workers.store import JobCancelled, RedisRecordSink, RedisStore
+from workers.record_sink import RedisRecordSink
+from workers.store import JobCancelled, RedisStore
 
 E = MeasureErrorNo
 
@@ -58,8 +59,8 @@ def test_same_workload_and_target_reuse_the_task(conn):
     tid2, wk2 = store.create_task(json.loads(dag.to_json()), "llvm", {"num_measure_trials": 9})
     assert (tid2, wk2) == (tid, wk)
     task = store.get_task(tid)
-    assert task["workload_key"] == wk and task["target"] == "llvm"
-    assert task["tuning"] == TuningOptions(num_measure_trials=9).to_json()  # every field, defaults included
+    assert task.workload_key == wk and task.target == "llvm"
+    assert task.tuning == TuningOptions(num_measure_trials=9).to_json()  # every field, defaults included
     tid3, _ = store.create_task(dag, "llvm -num-cores=1")
     assert tid3 != tid and store.task_for_workload(wk, "llvm  -num-cores=1") == tid3
     tid4, wk4 = store.create_task(_dag(16), "llvm")
@@ -76,21 +77,21 @@ def test_job_states_progress_and_cancel(conn):
     tid, _ = store.create_task(_dag(), "llvm")
     jid = store.create_job(tid, 10)
     job = store.get_job(jid)
-    assert job["state"] == "queued" and job["trials_total"] == 10 and job["trials_done"] == 0
-    assert job["best_cost_s"] is None and job["errors"] == {} and store.get_task(tid)["latest_job_id"] == jid
+    assert job.state == "queued" and job.trials_total == 10 and job.trials_done == 0
+    assert job.best_cost_s is None and job.errors == {} and store.get_task(tid).latest_job_id == jid
     store.set_job_state(jid, "running")
     store.add_job_progress(jid, 3, {"RUN_TIMEOUT": 1}, 2e-3, 2e6)
     store.add_job_progress(jid, 2, {"RUN_TIMEOUT": 1, "WRONG_ANSWER": 1}, 5e-3, 2e6)
     store.add_job_progress(jid, 1, {}, None, 2e6)
     job = store.get_job(jid)
-    assert job["trials_done"] == 6 and job["errors"] == {"RUN_TIMEOUT": 2, "WRONG_ANSWER": 1}
-    assert job["best_cost_s"] == 2e-3 and job["best_gflops"] == pytest.approx(1.0)
-    assert job["started"] is not None and job["ended"] is None
+    assert job.trials_done == 6 and job.errors == {"RUN_TIMEOUT": 2, "WRONG_ANSWER": 1}
+    assert job.best_cost_s == 2e-3 and job.best_gflops == pytest.approx(1.0)
+    assert job.started is not None and job.ended is None
     assert store.request_cancel(jid) and store.cancel_requested(jid)
     store.set_job_state(jid, "cancelled")
     assert not store.request_cancel(jid)  # already ended
     queued = store.create_job(tid, 5)
-    assert store.request_cancel(queued) and store.get_job(queued)["state"] == "cancelled"
+    assert store.request_cancel(queued) and store.get_job(queued).state == "cancelled"
     assert store.get_job("nope") is None and not store.request_cancel("nope")
     with pytest.raises(ValueError):
         store.set_job_state(jid, "sleeping")
@@ -156,8 +157,8 @@ def test_record_sink_writes_a_batch_best_and_progress(conn):
     cost, line = store.best_record(wk, "llvm")
     assert cost == 2e-3 and line == encode_record(inputs[2], _result(2e-3))
     job = store.get_job(jid)
-    assert job["trials_done"] == 4 and job["errors"] == {"WRONG_ANSWER": 1, "RUN_TIMEOUT": 1}
-    assert job["best_cost_s"] == 2e-3 and job["best_gflops"] == pytest.approx(dag.flop_ct / 2e-3 / 1e9)
+    assert job.trials_done == 4 and job.errors == {"WRONG_ANSWER": 1, "RUN_TIMEOUT": 1}
+    assert job.best_cost_s == 2e-3 and job.best_gflops == pytest.approx(dag.flop_ct / 2e-3 / 1e9)
     store.request_cancel(jid)
     store.set_job_state(jid, "running")
     with pytest.raises(JobCancelled):

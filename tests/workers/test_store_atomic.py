@@ -22,7 +22,8 @@ from scheduler_core.schedule.schedule_api import Schedule
 from tests.workloads import matmul_add
 from workers import keys
 from workers.admission import ActiveJobError
-from workers.store import RedisRecordSink, RedisStore, import_record_file, record_steps
+from workers.record_sink import RedisRecordSink
+from workers.store import RedisStore, import_record_file, record_steps
 
 E = MeasureErrorNo
 N = 32
@@ -90,9 +91,9 @@ def test_two_sinks_of_two_jobs_record_each_state_once(conn):
     # each job counts its own measurements, duplicates included (what a retry subtracts)
     for job_id in (first, second):
         job = store.get_job(job_id)
-        assert job["trials_done"] == len(inputs)
-        assert job["errors"] == {"RUN_TIMEOUT": sum(1 for k in order if k % 5 == 0)}
-    assert store.get_job(first)["best_cost_s"] == 0.5e-4
+        assert job.trials_done == len(inputs)
+        assert job.errors == {"RUN_TIMEOUT": sum(1 for k in order if k % 5 == 0)}
+    assert store.get_job(first).best_cost_s == 0.5e-4
 
 
 @pytest.mark.integration
@@ -109,7 +110,7 @@ def test_one_sink_skips_states_already_recorded(conn):
     assert store.count_records(wk, "llvm") == 4
     assert list(store.iter_records(wk, "llvm"))[0] == legacy
     assert store.best_record(wk, "llvm") == (2e-3, encode_record(inputs[1], _result(2e-3)))
-    assert store.get_job(jid)["trials_done"] == 6
+    assert store.get_job(jid).trials_done == 6
     # append_records keeps duplicates (import as it is) and marks their states as recorded
     store.append_records(wk, "llvm", [encode_record(inputs[0], _result(1.0))] * 2)
     assert store.count_records(wk, "llvm") == 6
@@ -146,7 +147,7 @@ def test_concurrent_create_task_with_job_makes_one_active_job(conn):
     tid, wk, jid = created[0]
     assert all(o.job_id == jid and o.task_id == tid and o.state == "queued" for o in out if o is not created[0])
     task = store.get_task(tid)
-    assert task["latest_job_id"] == jid and store.task_for_workload(wk, "llvm") == tid
+    assert task.latest_job_id == jid and store.task_for_workload(wk, "llvm") == tid
     assert sum(1 for _ in conn.scan_iter(match=keys.job("*"))) == 1
 
     # create_job: the same rule; after the job ends exactly one of many callers wins
@@ -167,10 +168,10 @@ def test_concurrent_create_task_with_job_makes_one_active_job(conn):
     with ThreadPoolExecutor(16) as pool:
         out = list(pool.map(resume, range(16)))
     new = [o for o in out if isinstance(o, str)]
-    assert len(new) == 1 and store.get_task(tid)["latest_job_id"] == new[0]
+    assert len(new) == 1 and store.get_task(tid).latest_job_id == new[0]
     assert all(o.job_id == new[0] for o in out if isinstance(o, ActiveJobError))
     # create_task without a job still replaces the tuning of a busy task (the CLI's path)
     assert store.create_task(dag, "llvm", {"num_measure_trials": 99})[0] == tid
-    assert store.get_task(tid)["tuning"]["num_measure_trials"] == 99
+    assert store.get_task(tid).tuning["num_measure_trials"] == 99
     with pytest.raises(KeyError):
         store.create_job("nope", 4)

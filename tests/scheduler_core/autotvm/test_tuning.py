@@ -16,7 +16,7 @@ import pytest
 import scheduler_core as sc
 from scheduler_core import autotvm
 from scheduler_core.measure.data import MeasureErrorNo
-from scheduler_core.measure.record import (
+from scheduler_core.measure.record_file import (
     RecordToFile,
     distill,
     iter_lines,

@@ -18,12 +18,8 @@ import numpy as np
 import pytest
 
 from scheduler_core.base.errors import BuildError
-from scheduler_core.codegen.cuda_codegen import (
-    cuda_source,
-    kernel_symbols,
-    launch_description,
-    launch_json,
-)
+from scheduler_core.codegen.cuda_codegen import cuda_source, kernel_symbols
+from scheduler_core.codegen.cuda_launch import launch_description, launch_json
 from scheduler_core.driver.nvcc import (
     compile_cuda,
     find_tool,
@@ -608,7 +604,7 @@ def intrinsics_source():
     tx = E.Var("tx")
     x = load(A, tx)
     val = E.const(0.0)
-    for name in E.INTRINSICS:
+    for name in E.UNARY_INTRINSICS:
         val = val + E.call(name, x)
     val = val + E.binary("pow", x, E.const(2.0)) + x // E.const(3.0) + x % E.const(3.0)
     stmts = T.seq(T.Store(B, tx, val), T.Store(I, tx, E.cast("int64", tx) * E.const(3, "int64") // 7))
@@ -647,7 +643,7 @@ def test_compile_cache_and_cubin():
 
 
 def test_float_literals_read_back_exactly():
-    from scheduler_core.codegen.cuda_codegen import float_literal
+    from scheduler_core.codegen.cuda_literals import float_literal
     for v in (0.257, -0.148, 1e-5, 3.4028234663852886e38, 1.0, 2.0 ** -149, 123456789.0):
         text = float_literal(v, "float32")
         assert text.endswith("f")

@@ -18,9 +18,10 @@ from scheduler_core import te
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.task import Task
 from scheduler_core.driver.nvcc import nvcc_available
+from scheduler_core.driver.program import program_from_steps
 from scheduler_core.measure.data import FAILED_COST_S, BuildResult, MeasureErrorNo, MeasureInput
-from scheduler_core.measure.local_builder import LocalBuilder, build_in_worker, cuda_module_from_steps
-from scheduler_core.measure.local_runner import LocalRunner, cuda_unavailable, is_cuda_task
+from scheduler_core.measure.local_builder import LocalBuilder, build_in_worker
+from scheduler_core.measure.local_runner import LocalRunner, cuda_unavailable
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.schedule_api import Schedule
 from sketch_rules import generate_sketches, sample_init_population
@@ -85,8 +86,8 @@ def builder():
 
 
 def test_a_cuda_task_is_recognised():
-    assert is_cuda_task(vector_add_input().task)
-    assert not is_cuda_task(Task.create(ComputeDAG(W.matmul(4, 4, 4)), "llvm"))
+    assert vector_add_input().task.target.is_gpu
+    assert not Task.create(ComputeDAG(W.matmul(4, 4, 4)), "llvm").target.is_gpu
 
 
 @pytest.mark.skipif(NO_NVCC is not None, reason=f"nvcc/ptxas cannot run here: {NO_NVCC}")
@@ -142,8 +143,8 @@ def test_runner_rebuilds_the_module_of_the_steps():
     """What the runner worker launches is the builder's program: same CUDA source."""
     inp = vector_add_input()
     records = [list(s.to_record()) for s in inp.state.transform_steps]
-    a = cuda_module_from_steps(inp.task, records)
-    b = cuda_module_from_steps(inp.task, records, cubin=b"not compiled")
+    a = program_from_steps(inp.task, records).build()
+    b = program_from_steps(inp.task, records).build(device_image=b"not compiled")
     assert a.imported_modules[0].get_source() == b.imported_modules[0].get_source()
     assert b.imported_modules[0].cubin() == b"not compiled"
 

@@ -11,10 +11,11 @@ import pytest
 
 from scheduler_core import te
 from scheduler_core.base.errors import InvalidTargetError, LoweringError
+from scheduler_core.base.gpu_spec import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS
 from scheduler_core.base.target import HardwareParams, Target
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr import BufferLoad, IntImm, Var
-from scheduler_core.lowering.gpu import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS, lower_for_gpu
+from scheduler_core.lowering.gpu import lower_for_gpu
 from scheduler_core.lowering.lower import lower_state
 from tests.scheduler_core.gpu import gpu_schedules as G
 
