@@ -304,6 +304,24 @@ def test_every_wing_imports_cleanly_on_its_own():
         subprocess.run([sys.executable, "-c", f"import {first}"], check=True, cwd=ROOT)
 
 
+# test folders under tests/scheduler_core that are not a sub-package: why each exists
+TEST_FOLDERS_BEYOND_PACKAGES = {
+    "gpu": "the cuda target across the floors: the device tier a GPU machine runs whole",
+}
+
+
+def test_tests_mirror_the_packages():
+    """tests/scheduler_core/<floor>/ for a floor of scheduler_core; end-to-end tests through the
+    facade (seeds, random schedules, multi-output, zero-rank) sit in tests/scheduler_core itself."""
+    floors = {p.name for p in (ROOT / "scheduler_core").iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in (ROOT / "tests" / "scheduler_core").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    strays = folders - floors - set(TEST_FOLDERS_BEYOND_PACKAGES)
+    assert not strays, f"test folders that mirror no package of scheduler_core: {sorted(strays)}"
+    top = sorted(p.name for p in (ROOT / "tests" / "scheduler_core").glob("test_*.py"))
+    assert top == ["test_multi_output.py", "test_random_schedules.py", "test_seeds.py", "test_zero_rank.py"], top
+
+
 if __name__ == "__main__":
     print(stack_text())
     found = violations()

@@ -1,4 +1,4 @@
-"""Whole models in Redis: one model over ordinary tasks, one job over all of them (issue 12).
+"""Whole models in Redis: one model over ordinary tasks, one job over all of them.
 
     POST /models --create_model_with_job--> in one WATCH/MULTI/EXEC:
         per distinct workload_key of the graph's tensor programs: its DAG, its task (created, or

@@ -1,4 +1,4 @@
-"""The model resource: a whole model tuned as one job over all its tasks (issue 12, seed 002).
+"""The model resource: a whole model tuned as one job over all its tasks (seed 002).
 
     POST /models {graph, target, tuning}
         --Graph.from_json (DAG limits from Settings; 422 naming the field, e.g.

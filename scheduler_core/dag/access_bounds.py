@@ -1,4 +1,4 @@
-"""Proof that every tensor access of a DAG stays inside its tensor (issue 8).
+"""Proof that every tensor access of a DAG stays inside its tensor.
 
     ops --check_ops_access_bounds--> ok | InvalidWorkloadError naming op, tensor, index, range
 

@@ -255,7 +255,7 @@ class _Decoder(ExprDecoder):
         for k, op in enumerate(self.ops):
             if id(op) not in used:
                 fail_at(f"op {op.name} is neither read by the DAG's outputs nor an argument", f"ops[{k}]")
-        # Every access inside its tensor (issue 8); errors name the op as ops[k].
+        # Every access inside its tensor; errors name the op as ops[k].
         check_ops_access_bounds(self.ops, [f"ops[{k}]" for k in range(len(self.ops))])
         return tensors
 

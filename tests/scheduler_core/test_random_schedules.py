@@ -3,7 +3,7 @@
     seed --random_schedule--> State --lower_state--> PrimFunc --build("llvm")--> Module
     Module(random inputs) == reference.evaluate(dag, inputs)   (rtol 1e-4, atol 1e-5)
 
-Issue "compiler core".  The DAGs are small instances of matmul, matmul+bias+ReLU,
+The DAGs are small instances of matmul, matmul+bias+ReLU,
 conv2d NCHW (with its padding stage), softmax, layer norm, batch matmul,
 depthwise conv2d, transpose, RGB->YUV and the cumsum scan (plus seed 001's
 other scans and seed 000's matmul+add).  A step that raises

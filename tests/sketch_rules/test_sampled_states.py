@@ -4,8 +4,8 @@
         --lower_state--> PrimFunc   (every state the steps accepted must lower)
         --build("llvm")--> Module(random inputs) == reference.evaluate  (rtol 1e-4)
 
-Issue 3, "thousands of random states sampled from the sketches of each DAG in the
-core's test set all lower, build and match the reference".  States are sampled
+Thousands of random states sampled from the sketches of each DAG in the core's test set
+all lower, build and match the reference.  States are sampled
 without the sampler's lowering filter, so a state that the transform steps
 accepted but the compiler cannot lower (or builds wrongly) fails here, with its
 step records in the message, ready for ``test_compiler_regressions.py``.

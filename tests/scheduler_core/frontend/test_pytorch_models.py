@@ -1,4 +1,4 @@
-"""Whole torch models imported, compiled, tuned (issue 12, "Done means"): the three models of
+"""Whole torch models imported, compiled, tuned: the three models of
 examples/torch_models.py at small sizes match torch to 1e-4 relative; identical layers are one
 task; a tuned model still matches."""
 

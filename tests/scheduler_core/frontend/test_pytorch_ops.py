@@ -1,4 +1,4 @@
-"""from_pytorch, operator by operator: each imported graph agrees with torch (issue 12, item 2).
+"""from_pytorch, operator by operator: each imported graph agrees with torch.
 
 Every case runs the graph twice, with the numpy reference evaluator (``run_reference``) and
 compiled (``build_graph``, default schedules), and compares both with torch's own output.

@@ -31,8 +31,8 @@ from scheduler_core.driver.program import program_from_state
 from scheduler_core.ir import tir as T
 from scheduler_core.schedule.dataflow_step import replay_steps
 from scheduler_core.schedule.loop_state import State
+from tests.scheduler_core.driver.test_bounds_random import _outside, access_ranges
 from tests.scheduler_core.random_schedule import random_schedule
-from tests.scheduler_core.test_program_bounds_random import _outside, access_ranges
 from tests.scheduler_core.test_random_schedules import get_dag, random_inputs, run_guarded
 
 # Minimal step lists (greedy one-step removal while the old lowering was refused) of the

@@ -5,7 +5,7 @@
     load_best_record: lowest mean cost among NO_ERROR records;  distill: best per (workload_key, target)
     malformed lines: RecordFormatError (a ValueError) naming the line; skip_invalid=True skips them
 
-Issue 3, part 6.  No program is built or run here: results are made up.
+No program is built or run here: results are made up.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     MeasureInput --LocalBuilder--> BuildResult --LocalRunner--> MeasureResult
 
-Issue 3, part 5.  A crash (segfault, abort), a hang, a nonzero return and a wrong
+A crash (segfault, abort), a hang, a nonzero return and a wrong
 answer are injected by handing the runner shared libraries compiled from C that
 export the measured entry (same name, signature and meta string); each becomes its
 error code while the good programs in the same batch still measure.  One builder

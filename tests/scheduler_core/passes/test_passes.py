@@ -66,7 +66,7 @@ def test_reduction_pattern_vectorizes():
 
 def test_fallbacks_keep_serial_loop():
     """Allocate, symbolic extent -> serial loop (a var-dependent if is predicated now:
-    tests/scheduler_core/test_predicated_vectorize.py; a nested serial loop is
+    tests/scheduler_core/passes/test_predicated_vectorize.py; a nested serial loop is
     interchanged outside the vectorized one)."""
     j, k, n = E.Var("j"), E.Var("k"), E.Var("n")
     st = T.Store(C, j, E.const(1.0))

@@ -162,7 +162,7 @@ def test_llvm_tables_are_read_without_showing_them():
     code = ("from scheduler_core.base.llvm_cpu import llvm_cpu_names, host_cpu; import sys; "
             "n = llvm_cpu_names(); print(len(n), host_cpu() in n); print('after', file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[1] == "True" and int(proc.stdout.split()[0]) == len(llvm_cpu_names())
     assert "Available CPUs" not in proc.stderr and "after" in proc.stderr  # captured, and fd 2 restored

@@ -54,7 +54,7 @@ def test_build_options_travel_to_the_builder_workers(runtime, symbol, other):
     from scheduler_core.base.build_config import BuildConfig
     from scheduler_core.dag.task import Task
     from scheduler_core.measure.data import MeasureErrorNo, MeasureInput
-    from tests.scheduler_core.test_program import _tiled_state
+    from tests.scheduler_core.driver.test_program import _tiled_state
 
     state = _tiled_state(32)
     inp = MeasureInput(Task.create(state.dag, "llvm -num-cores=2"), state)

@@ -176,7 +176,7 @@ def test_one_thread_from_the_environment_matches_numpy():
         import numpy as np
         from scheduler_core.codegen import compile_primfunc, parallel
         from scheduler_core.driver.build_module import run_passes
-        from tests.scheduler_core.test_parallel_runtime import fill
+        from tests.scheduler_core.codegen.test_parallel_runtime import fill
         assert parallel.default_num_threads() == 1
         cf = compile_primfunc(run_passes(fill("fill_one")))
         x = np.zeros(50, np.float32)
@@ -185,7 +185,7 @@ def test_one_thread_from_the_environment_matches_numpy():
         print("ok")
     """)
     res = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[3])
     assert res.returncode == 0, res.stderr
     assert "ok" in res.stdout
 
@@ -197,7 +197,7 @@ def test_libgomp_is_loaded_only_by_a_gomp_build():
         from scheduler_core.base.build_config import BuildConfig
         from scheduler_core.codegen import compile_primfunc, parallel
         from scheduler_core.driver.build_module import run_passes
-        from tests.scheduler_core.test_parallel_runtime import fill
+        from tests.scheduler_core.codegen.test_parallel_runtime import fill
         x = np.zeros(50, np.float32)
         cf = compile_primfunc(run_passes(fill("fill_pool")))  # the default runtime: our pool
         assert cf.ctypes_function(x.ctypes.data, 50) == 0
@@ -208,7 +208,7 @@ def test_libgomp_is_loaded_only_by_a_gomp_build():
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCHED_PARALLEL")}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[2])
+                         cwd=Path(__file__).resolve().parents[3])
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "True", "True"]
 

@@ -3,7 +3,7 @@
     step --to_record--> list --json.dumps--> text --json.loads--> list --step_from_record--> step'
     step' == step;  replay_steps(dag, records) gives the same State text and lowered program
 
-Issue "compiler core", "step JSON round trip".  Random schedules from
+Random schedules from
 ``random_schedule`` cover SP, RE, FU, AN, PR, CA, CI, CR, CHR, CHW and RF;
 hand-written schedules add FSP, FFSP and SA, which the generator does not make.
 """

@@ -1,4 +1,4 @@
-"""Issue 8: no validated DAG describes an access outside its tensors.
+"""No validated DAG describes an access outside its tensors.
 
 ``check_access_bounds`` proves every load of every op in bounds by interval analysis;
 the JSON decoder runs it, so ``ComputeDAG.from_json`` rejects out-of-bounds DAGs with
@@ -24,7 +24,7 @@ from tests import workloads as W
 
 from .test_dag_json import WORKLOADS as JSON_WORKLOADS
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO / "examples" / "workloads").glob("*.json"))
 
 OOB_MESSAGE = ("op B reads A[(i + 1000)]: index 0 ranges over [1000, 1009] "

@@ -25,7 +25,7 @@ from scheduler_core.ir import tir as T
 from scheduler_core.runtime import Module
 from scheduler_core.runtime.export import find_c_compiler
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNTIMES = ("pool", "gomp")
 
 
@@ -248,7 +248,7 @@ from pathlib import Path
 import numpy as np
 from scheduler_core.codegen import parallel, thread_pool
 from scheduler_core.runtime import Module, load_module
-from tests.scheduler_core.test_thread_pool import build, call, increment, nested
+from tests.scheduler_core.codegen.test_thread_pool import build, call, increment, nested
 
 tasks = lambda: len(os.listdir("/proc/self/task"))
 before = tasks()

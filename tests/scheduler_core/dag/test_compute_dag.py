@@ -17,7 +17,7 @@ import pytest
 from scheduler_core import ComputeDAG, InvalidWorkloadError, te
 from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, ScanOp
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 # -- workloads ---------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_flop_attr_overrides_estimate():
 # -- workload_key ----------------------------------------------------------------------
 
 KEY_SCRIPT = (
-    "from tests.scheduler_core.test_compute_dag import matmul_add, scan_cumsum;"
+    "from tests.scheduler_core.dag.test_compute_dag import matmul_add, scan_cumsum;"
     "from scheduler_core import ComputeDAG;"
     "print(ComputeDAG(matmul_add()).workload_key, ComputeDAG(scan_cumsum()).workload_key)"
 )

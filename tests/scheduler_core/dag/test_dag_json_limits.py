@@ -1,4 +1,4 @@
-"""Issue 8, part 5: what the DAG decoder rejects at the door (422, a path in the message)
+"""What the DAG decoder rejects at the door (422, a path in the message)
 instead of letting a tuning job fail later: empty or negative extents, symbolic shapes
 when tuning, division by zero in index expressions, non-finite floats where integers go,
 and long op chains (no RecursionError anywhere)."""
@@ -20,7 +20,7 @@ from tests import workloads
 
 from .test_compute_dag import matmul_add, scan_cumsum, softmax
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # matmul_add(4, 4, 4): ops A, B, matmul (a sum over k = vars[2]), C, out (= matmul + C,
 # axes vars[3], vars[4]).

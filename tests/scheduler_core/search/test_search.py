@@ -175,7 +175,7 @@ def test_seed000_workflow_at_full_size(tmp_path):
     apply_best, check vs numpy, print_best, resume 8 more (examples/tune_matmul.py)."""
     import sys
     from pathlib import Path
-    script = Path(__file__).resolve().parents[2] / "examples" / "tune_matmul.py"
+    script = Path(__file__).resolve().parents[3] / "examples" / "tune_matmul.py"
     res = subprocess.run([sys.executable, str(script), "--n", "1024", "--trials", "10",
                           "--log", str(tmp_path / "matmul.json")],
                          capture_output=True, text=True, timeout=1800, cwd=tmp_path)

@@ -12,7 +12,7 @@ from tests.workloads import matmul
 
 
 def _seed_example():
-    path = Path(__file__).resolve().parents[2] / "examples" / "matmul_schedule.py"
+    path = Path(__file__).resolve().parents[3] / "examples" / "matmul_schedule.py"
     spec = importlib.util.spec_from_file_location("matmul_schedule_example", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
