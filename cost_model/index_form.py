@@ -24,7 +24,7 @@ convolution windows; it over-counts only for unusual interleavings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler_core.arith.const_int_bound import const_int_bound
 from scheduler_core.arith.linear_form import linear_form
@@ -49,6 +49,9 @@ class Term:
     var_depth: int = -1
     lanes: int = 0
     var_map: dict | None = None  # compound keys: their loop Var -> depth
+    # compound keys: term_range's answers, keyed by the extents of the loops that run
+    # (a feature extraction asks for every level, twice per level)
+    ranges: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -142,18 +145,27 @@ def term_range(t: Term, level: int, extents: list) -> tuple:
     if t.var_depth >= 0:
         return (0, extents[t.var_depth] - 1) if t.var_depth >= level else (0, 0)
     depth = t.var_map or {}
+    key = tuple(extents[d] if d >= level else -1 for d in depth.values())
+    hit = t.ranges.get(key)
+    if hit is None:
+        hit = t.ranges[key] = _compound_range(t.key, depth, extents, level)
+    return hit
+
+
+def _compound_range(e: Expr, depth: dict, extents: list, level: int) -> tuple:
+    """``term_range`` of a compound key ``e`` whose loop variables sit at ``depth``."""
     free = {v: (0, extents[d] - 1) for v, d in depth.items() if d >= level}
 
-    def unknown(e: Expr) -> tuple:
-        if isinstance(e, Var):
+    def unknown(node: Expr) -> tuple:
+        if isinstance(node, Var):
             return (0, 0)
         span = 1
-        for v in walk(e):  # each use of a free loop multiplies (as the feature was defined)
+        for v in walk(node):  # each use of a free loop multiplies (as the feature was defined)
             if isinstance(v, Var) and v in free:
                 span *= free[v][1] + 1
         return (0, span - 1)
 
-    b = const_int_bound(t.key, free, unknown)
+    b = const_int_bound(e, free, unknown)
     return (0, 0) if b is None else tuple(b)
 
 
