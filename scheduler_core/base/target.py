@@ -36,6 +36,8 @@ import enum
 import functools
 import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -104,6 +106,37 @@ CUDA_ARCHS = {
     "sm_80": _arch(163), "sm_86": _arch(99), "sm_87": _arch(163), "sm_89": _arch(99),
     "sm_90": _arch(227),
 }
+
+
+def arch_of_compute_capability(text: str) -> str | None:
+    """``"sm_90"`` for nvidia-smi's ``"9.0"``; None for text that is not a known compute capability."""
+    m = re.fullmatch(r"\s*([0-9]+)\.([0-9]+)\s*", text)
+    arch = f"sm_{m.group(1)}{m.group(2)}" if m else None
+    return arch if arch in CUDA_ARCHS else None
+
+
+@functools.lru_cache(maxsize=1)
+def default_cuda_arch() -> str:
+    """The arch of a cuda target with no ``-arch``: device 0's compute capability when this
+    host has an NVIDIA GPU in :data:`CUDA_ARCHS`, else ``CUDA_DEFAULT_ARCH`` (sm_80).
+
+    As TVM, which takes the arch from the device when ``-arch`` is missing: a cubin runs only
+    on its own major compute capability, so an sm_80 cubin does not load on an H100 (sm_90).
+    The device is asked through ``nvidia-smi`` (a separate process, cached once), not the CUDA
+    driver: initialising CUDA here would break the work-horses an RQ worker forks later.
+    """
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return CUDA_DEFAULT_ARCH
+    try:
+        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return CUDA_DEFAULT_ARCH
+    lines = out.splitlines()
+    return (arch_of_compute_capability(lines[0]) if lines else None) or CUDA_DEFAULT_ARCH
+
+
 _CUDA_INT_OPTIONS = ("max_threads_per_block", "max_shared_memory_per_block", "thread_warp_size",
                      "registers_per_block")
 
@@ -185,7 +218,7 @@ def _parse_cuda_option(key: str, value: str) -> str:
 def _check_cuda_options(options: tuple) -> None:
     """Limits that contradict the arch: more shared memory than it can give one block."""
     opts = dict(options)
-    arch = opts.get("arch", CUDA_DEFAULT_ARCH)
+    arch = opts.get("arch") or default_cuda_arch()
     dynamic_max = CUDA_ARCHS[arch][2]
     smem = opts.get("max_shared_memory_per_block")
     if smem is not None and int(smem) > dynamic_max:
@@ -312,8 +345,11 @@ class Target:
 
     @property
     def arch(self) -> str:
-        """A cuda target's compute capability (``"sm_80"`` when no ``-arch`` is given); "" for llvm."""
-        return self.option("arch", CUDA_DEFAULT_ARCH) if self.kind is TargetKind.CUDA else ""
+        """A cuda target's compute capability; with no ``-arch``, this host's GPU's (see
+        :func:`default_cuda_arch`; ``"sm_80"`` on a host without one); "" for llvm."""
+        if self.kind is not TargetKind.CUDA:
+            return ""
+        return self.option("arch") or default_cuda_arch()
 
     def cuda_limits(self) -> dict:
         """A cuda target's block limits: the arch's values, overridden by the target's options.

@@ -182,10 +182,14 @@ class LocalRunner:
         outcomes = self._pool.map(_WORKER_FUNC, jobs, self.timeout_s) if jobs else []
         for k, outcome in zip(job_index, outcomes):
             results[k] = _to_measure_result(outcome, build_results[k].time_cost, self.timeout_s)
-        if cuda_jobs:
-            for k, outcome in zip(cuda_index, self._cuda_workers().map(_CUDA_WORKER_FUNC, cuda_jobs,
-                                                                        self.timeout_s)):
-                results[k] = _to_measure_result(outcome, build_results[k].time_cost, self.timeout_s)
+        for k, job in zip(cuda_index, cuda_jobs):
+            # one at a time: a fault that poisons the CUDA context ends that worker, and the next
+            # candidate gets a fresh one instead of inheriting the error
+            outcome = self._cuda_workers().map(_CUDA_WORKER_FUNC, [job], self.timeout_s)[0]
+            results[k] = _to_measure_result(outcome, build_results[k].time_cost, self.timeout_s)
+            if results[k].error_no == MeasureErrorNo.RUNTIME_DEVICE and cuda_context_lost(results[k].error_msg):
+                self._cuda_workers().close()
+                self._cuda_pool = None
         if verbose >= 1:
             print("".join("*" if r.error_no == 0 else "*E" for r in results), flush=True)
         return results
@@ -475,6 +479,19 @@ def least_noisy_costs(measure: Callable[[], tuple], noisy_spread: float = NOISY_
         if spread_of(again) < spread_of(best):
             best = again
     return best
+
+
+# CUDA errors after which the context is unusable for the rest of the process (CUDA's "sticky"
+# errors: every later call in the process fails with the same error)
+STICKY_CUDA_ERRORS = ("illegal memory access", "misaligned address", "illegal instruction",
+                      "unspecified launch failure", "hardware stack error", "illegal address",
+                      "invalid program counter", "context is destroyed")
+
+
+def cuda_context_lost(message: str) -> bool:
+    """Whether a measurement's error message is one of CUDA's sticky errors."""
+    low = message.lower()
+    return any(s in low for s in STICKY_CUDA_ERRORS)
 
 
 def run_cuda_in_worker(dag_json: str, target: str, records: list, cubin_path: str, specs: list,

@@ -228,8 +228,15 @@ class CudaModule:
 
     def _load(self, index: int) -> dict:
         if index not in self._kernels:
-            self._kernels[index] = load_kernels(self.device_module.cubin(),
-                                                [d["symbol"] for d in self.launch["kernels"]], index)
+            names = [d["symbol"] for d in self.launch["kernels"]]
+            try:
+                self._kernels[index] = load_kernels(self.device_module.cubin(), names, index)
+            except DeviceRuntimeError as err:
+                if "no kernel image" not in str(err):
+                    raise
+                # a cubin for another compute capability (built on a host with another GPU, or
+                # none): the PTX of an older arch is compiled for this device by the driver
+                self._kernels[index] = load_kernels(self.device_module.ptx(), names, index)
         return self._kernels[index]
 
     # -- export -------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import scheduler_core as sc
-from scheduler_core.base.target import Target, TargetKind
+from scheduler_core.base.target import Target, TargetKind, default_cuda_arch
 from scheduler_core.driver import program as program_mod
 from scheduler_core.driver.backend import BACKENDS, backend_of
 from scheduler_core.driver.pipeline import PASSES_DONE
@@ -23,7 +23,7 @@ def test_every_kind_has_a_backend():
     assert (gpu.artifact_ext, gpu.device_errors, gpu.rewrites_layout) == ("cubin", True, False)
     assert cpu.queue_device(Target.parse("llvm")) is None
     assert gpu.queue_device(Target.parse("cuda -arch=sm_90")) == "sm_90"
-    assert gpu.queue_device(Target.parse("cuda")) == "sm_80"
+    assert gpu.queue_device(Target.parse("cuda")) == default_cuda_arch()  # sm_80 without a GPU
 
 
 @pytest.mark.parametrize("target,module_type", [("llvm", Module), ("cuda -arch=sm_80", CudaModule)])

@@ -200,3 +200,12 @@ def test_hardware_params_queried_from_the_device():
     assert hw.max_threads_per_block == attrs["max_threads_per_block"]
     assert hw.max_shared_memory_per_block == attrs["max_shared_memory_per_block"]
     assert hw.warp_size == attrs["warp_size"] and hw.max_vthread_extent == attrs["warp_size"] // 4
+
+
+def test_sticky_cuda_errors_are_recognised():
+    # the messages pycuda gave on an H100 after a kernel wrote out of bounds (benchmarks/gpu)
+    from scheduler_core.measure.local_runner import cuda_context_lost
+    assert cuda_context_lost("LogicError: cuCtxSynchronize failed: an illegal memory access was encountered")
+    assert cuda_context_lost("LogicError: cuMemAlloc failed: misaligned address")
+    assert not cuda_context_lost("DeviceRuntimeError: the CUDA driver could not load the kernels: no kernel image")
+    assert not cuda_context_lost("WRONG_ANSWER: output 0 differs")

@@ -7,12 +7,14 @@ These tests check structure only: no device, no compilation.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from scheduler_core import te
 from scheduler_core.base.errors import InvalidTargetError, LoweringError
 from scheduler_core.base.gpu_spec import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS
-from scheduler_core.base.target import HardwareParams, Target
+from scheduler_core.base.target import CUDA_ARCHS, HardwareParams, Target, arch_of_compute_capability, default_cuda_arch
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr import BufferLoad, IntImm, Var
 from scheduler_core.lowering.gpu import lower_for_gpu
@@ -454,10 +456,19 @@ def test_error_local_buffer_in_host_code_around_kernels():
 # ----------------------------------------------------------------------------- target
 
 
+def test_default_arch_is_the_devices_compute_capability():
+    # nvidia-smi's compute_cap column -> the arch; what is not a known arch falls back to sm_80
+    assert arch_of_compute_capability("9.0") == "sm_90" and arch_of_compute_capability(" 8.6\n") == "sm_86"
+    assert arch_of_compute_capability("12.7") is None and arch_of_compute_capability("N/A") is None
+    assert default_cuda_arch() in CUDA_ARCHS
+    if shutil.which("nvidia-smi") is None:
+        assert default_cuda_arch() == "sm_80"
+
+
 def test_cuda_target_default_arch_and_limits():
     t = Target.parse("cuda")
-    assert t.arch == "sm_80" and str(t) == "cuda"
-    hp = HardwareParams.for_target(t)
+    assert t.arch == default_cuda_arch() and str(t) == "cuda"
+    hp = HardwareParams.for_target(Target.parse("cuda -arch=sm_80"))
     assert (hp.max_threads_per_block, hp.warp_size, hp.max_shared_memory_per_block) == (1024, 32, 48 * 1024)
     assert hp.max_dynamic_shared_memory_per_block == 163 * 1024 and hp.registers_per_block == 65536
     assert hp.max_vthread_extent == 8 and hp.max_local_memory_per_block == 2 ** 31 - 1
