@@ -21,6 +21,15 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_isa() -> str:
+    """The widest x86 vector ISA of this host: "avx512f", "avx2", "sse4_2" or "" (from /proc/cpuinfo)."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    except OSError:
+        return ""
+    return next((isa for isa in ("avx512f", "avx2", "sse4_2") if isa in flags), "")
+
+
 def best_of(fn, repeat: int = 7, number: int = 3) -> float:
     """Median over ``repeat`` runs of the mean time of ``number`` calls, in seconds."""
     times = []

@@ -17,15 +17,21 @@ split into phases:
 
 Times are wall seconds (and the round's CPU seconds of this process) on a shared machine
 (2 cores on the development machine, where other jobs run too): compare numbers taken in
-the same conditions only.  Results, with the CPU model from /proc/cpuinfo, go to
-``benchmarks/results/search_speed.json``.
+the same conditions only.  Results, with the CPU model and ISA from /proc/cpuinfo, go to
+``benchmarks/results/search_speed.json``.  The features of a large batch are computed on
+worker processes (``cost_model.feature_pool``); ``AUTOSCHED_FEATURE_WORKERS=1`` keeps them in
+this process.  Each row carries a digest of the round's best states: runs with the same seed
+and any number of workers must print the same digest.  The CPU seconds are this process's
+only (the workers' are not in them).
 
     python benchmarks/search_speed.py [--workloads W1,W2] [--population 2048] [--train 64]
+    AUTOSCHED_FEATURE_WORKERS=1 python benchmarks/search_speed.py --label serial --out /tmp/s.json
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -33,7 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_util import cpu_model  # same folder
+from bench_util import cpu_isa, cpu_model  # same folder
 from tune import matmul_add  # same folder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.workloads
@@ -41,8 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 import cost_model.lgbm_model as lgbm_module
 import scheduler_core as sc
 from cost_model import LGBMModel
+from cost_model.feature import lowering_flags
+from cost_model.feature_pool import feature_workers
 from scheduler_core.measure.data import MeasureInput, MeasureResult
 from sketch_rules import SketchPolicyParams, generate_sketches, sample_init_population
+from sketch_rules.step_history import step_key
 from tests.workloads import conv2d_nchw  # the test suite's DAG library
 
 WORKLOADS = {"W1": lambda: matmul_add(1024), "W2": lambda: conv2d_nchw(1, 64, 56, 56, 64, 3, 3)}
@@ -74,7 +83,9 @@ def time_round(name: str, population: int, n_train: int, seed: int) -> dict:
                              seed=seed, verbose=0)
     t0 = time.perf_counter()
     policy.sketches = generate_sketches(policy, None)
-    init = sample_init_population(policy, policy.sketches, population, policy.rng)
+    # as SketchPolicy.search_one_round: the lowering check on the feature workers
+    init = sample_init_population(policy, policy.sketches, population, policy.rng,
+                                  lowering_check=lambda states: lowering_flags(task, states))
     t_init = time.perf_counter() - t0
     rng = np.random.default_rng(seed + 1)
     train = [init[int(i)] for i in rng.permutation(len(init))[:n_train]]
@@ -102,6 +113,9 @@ def time_round(name: str, population: int, n_train: int, seed: int) -> dict:
                      "prediction": predict.s - features.s,
                      "selection": total - mutation.s - predict.s},
         "mutations": mutation.calls, "predict_calls": predict.calls, "best_states": len(best),
+        "feature_workers": feature_workers(),
+        # the same seed must give the same search, whatever the number of feature workers
+        "best_digest": hashlib.sha1(repr([step_key(s) for s in best]).encode()).hexdigest()[:12],
         "model": f"LGBMModel trained on {len(train)} states of the initial population with synthetic costs",
     }
 
@@ -123,9 +137,10 @@ def main() -> None:
         print(f"{name}: round {row['round_s']:.2f}s (CPU {row['round_cpu_s']:.2f}s) = mutation {ph['mutation']:.2f}s"
               f" + features {ph['features']:.2f}s + prediction {ph['prediction']:.2f}s"
               f" + selection {ph['selection']:.2f}s "
-              f"({row['mutations']} mutations; sampling the initial population took {row['sample_init_s']:.2f}s)",
+              f"({row['mutations']} mutations; sampling the initial population took {row['sample_init_s']:.2f}s; "
+              f"{row['feature_workers']} feature worker(s); best states {row['best_digest']})",
               flush=True)
-    meta = {"cpu": cpu_model(), "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    meta = {"cpu": cpu_model(), "isa": cpu_isa(), "cores": os.cpu_count(), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
             "label": opts.label}
     Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.out).write_text(json.dumps({"meta": meta, "results": rows}, indent=2))

@@ -39,8 +39,11 @@ import numpy as np
 
 from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import SchedulerCoreError
-from scheduler_core.lowering.lower import lower_state
+from scheduler_core.lowering.lower import is_lowered, lower_state
+from scheduler_core.measure.local_builder import cached_task
+from scheduler_core.schedule.dataflow_step import replay_steps
 
+from . import feature_pool
 from .feature_extract import (
     ARITH_INTENSITY_CURVE_SAMPLE_N,
     EXTRA_NAMES,
@@ -175,12 +178,17 @@ def _is_gpu(task) -> bool:
     return task is not None and task.target.is_gpu
 
 
-def _extract(state, line: int, is_gpu: bool = False) -> np.ndarray:
+def extract_state_features(state, line: int = 64, is_gpu: bool = False) -> np.ndarray:
+    """Features of ``state`` for a cache line of ``line`` bytes, uncached: float32 [n_stores,
+    N_FEATURES], read-only; one all-zero row when the state cannot be lowered."""
     try:
         func = lower_state(state)
     except (SchedulerCoreError, ArithmeticError, ValueError):
-        return np.zeros((1, N_FEATURES), np.float32)
-    return features_from_primfunc(func, line, is_gpu)
+        out = np.zeros((1, N_FEATURES), np.float32)
+    else:
+        out = features_from_primfunc(func, line, is_gpu)
+    out.flags.writeable = False
+    return out
 
 
 def get_per_store_features(task, state, cache: FeatureCache | None = _CACHE) -> np.ndarray:
@@ -205,20 +213,63 @@ def get_per_store_features(task, state, cache: FeatureCache | None = _CACHE) -> 
         hit = cache.get(key)
         if hit is not None:
             return hit
-    out = _extract(state, _cache_line_bytes(task), _is_gpu(task))
-    out.flags.writeable = False
+    out = extract_state_features(state, _cache_line_bytes(task), _is_gpu(task))
     if key is not None:
         cache.put(key, out)
     return out
+
+
+def features_in_worker(dag_json: str, target: str, line: int, is_gpu: bool, records: list) -> list:
+    """In a ``feature_pool`` worker: the feature arrays of the states whose step records are
+    ``records``, on the DAG of ``dag_json``."""
+    dag = cached_task(dag_json, target).compute_dag
+    return [extract_state_features(replay_steps(dag, steps), line, is_gpu) for steps in records]
 
 
 def get_per_store_features_from_states(task, states, cache: FeatureCache | None = _CACHE) -> list:
     """Features of many states of one task: a list of float32 [n_stores_i, N_FEATURES].
 
     The batch form used by the search (Ansor's GetPerStoreFeaturesFromStates);
-    states seen before come from the cache.
+    states seen before come from the cache. A batch with at least
+    ``feature_pool.MIN_PARALLEL_STATES`` new states is spread over worker processes
+    (``feature_pool``; ``AUTOSCHED_FEATURE_WORKERS=1`` keeps it in this process): the
+    arrays are the same either way.
     """
-    return [get_per_store_features(task, s, cache) for s in states]
+    out: list = [None] * len(states)
+    keys = [_cache_key(task, s) if cache is not None else None for s in states]
+    todo = []
+    for i, key in enumerate(keys):
+        hit = cache.get(key) if key is not None else None
+        if hit is not None:
+            out[i] = hit
+        else:
+            todo.append(i)
+    # states this process has lowered already (the search's validity check) stay here
+    remote = [i for i in todo if not is_lowered(states[i])]
+    workers = feature_pool.feature_workers() if len(remote) >= feature_pool.MIN_PARALLEL_STATES else 1
+    if task is not None and workers > 1:
+        for i, arr in zip(remote, feature_pool.extract_many(task, [states[i] for i in remote],
+                                                          _cache_line_bytes(task), _is_gpu(task), workers)):
+            if arr is not None:
+                arr.flags.writeable = False
+                out[i] = arr
+                if keys[i] is not None:
+                    cache.put(keys[i], arr)
+    for i in todo:
+        if out[i] is None:
+            out[i] = get_per_store_features(task, states[i], cache)
+    return out
+
+
+def lowering_flags(task, states) -> list:
+    """Whether each of ``states`` lowers (its features are not the all-zero placeholder).
+
+    The search's validity check of a sampled population: the states are lowered (on worker
+    processes for a large batch) and their features are kept in the cache for the first
+    prediction, which would lower them again otherwise.  A state whose lowering raises
+    SchedulerCoreError, ArithmeticError or ValueError counts as not lowering.
+    """
+    return [not is_invalid(f) for f in get_per_store_features_from_states(task, states)]
 
 
 def is_invalid(features: np.ndarray) -> bool:
@@ -241,4 +292,5 @@ def pack_features(features: list) -> tuple:
 
 __all__ = ["FEATURE_NAMES", "FEATURE_VERSION", "N_FEATURES", "N_ANSOR_FEATURES", "MAX_N_BUFS",
            "FeatureCache", "get_per_store_features", "get_per_store_features_from_states",
+           "extract_state_features", "features_in_worker", "lowering_flags",
            "features_from_primfunc", "is_invalid", "pack_features"]

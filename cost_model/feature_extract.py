@@ -30,6 +30,7 @@ from the last store.  Rows are raw (not log-scaled); ``feature.py`` packs them.
 
 from __future__ import annotations
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.gpu_spec import GPU_LOOP_KINDS
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr import (
@@ -37,16 +38,18 @@ from scheduler_core.ir.expr import (
     BufferLoad,
     Call,
     CmpOp,
+    FloatImm,
     IntImm,
     LogicalOp,
     Not,
     Select,
+    Var,
     is_float,
 )
-from scheduler_core.ir.expr_functor import walk
+from scheduler_core.ir.expr_functor import children
 from scheduler_core.ir.simplify import const_value
 
-from .index_form import affine_form, coefficient, contiguous_elements, touched_elements
+from .index_form import level_counts, shared_form
 
 ARITH_INTENSITY_CURVE_SAMPLE_N = 10
 
@@ -113,24 +116,71 @@ def count_ops(value) -> list:
     A float add/sub whose operand is a float mul also counts one MAD (TVM leaves
     MAD at 0; counting it lets the model see fused multiply-adds).
     """
+    return _scan_value(value)[0]
+
+
+def _scan_value(value) -> tuple:
+    """``(count_ops(value), [BufferLoad nodes of value in pre-order])``: one walk for both
+    (the same pre-order as ``expr_functor.walk``; node classes have no subclasses, so
+    ``type(n) is C`` is ``isinstance(n, C)``)."""
     c = [0.0] * len(OP_COUNTERS)
-    for n in walk(value):
-        if isinstance(n, BinaryOp):
-            off = 0 if is_float(n.a.dtype) else 7
+    loads = []
+    stack = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        n = pop()
+        t = type(n)
+        if t is BinaryOp:
+            a, b = n.a, n.b
+            off = 0 if is_float(a.dtype) else 7
             c[off + _OP_SLOT[n.op]] += 1
-            if n.op in ("add", "sub") and off == 0 and (
-                    (isinstance(n.a, BinaryOp) and n.a.op == "mul")
-                    or (isinstance(n.b, BinaryOp) and n.b.op == "mul")):
+            if off == 0 and n.op in ("add", "sub") and (
+                    (type(a) is BinaryOp and a.op == "mul")
+                    or (type(b) is BinaryOp and b.op == "mul")):
                 c[0] += 1
-        elif isinstance(n, CmpOp):
+            push(b)
+            push(a)
+            continue
+        if t is BufferLoad:
+            loads.append(n)
+            push(n.index)
+            continue
+        if t is CmpOp:
             c[4 if is_float(n.a.dtype) else 11] += 1
-        elif isinstance(n, (LogicalOp, Not)):
+        elif t is LogicalOp or t is Not:
             c[14] += 1
-        elif isinstance(n, Select):
+        elif t is Select:
             c[15] += 1
-        elif isinstance(n, Call):
+        elif t is Call:
             c[5 if is_float(n.dtype) else 12] += 1
-    return c
+        elif t is IntImm or t is FloatImm or t is Var:
+            continue
+        stack.extend(reversed(children(n)))
+    return c, loads
+
+
+# _strides and level_counts of one buffer's forms under one loop stack: (ids of the forms,
+# loop extents) -> (strides, touched, contiguous).  shared_form hands the same AffineForm
+# objects to indices of the same shape in every state, so a store recurs with the same forms
+# and extents across the states of a search.  The entry keeps the forms (so the ids stay
+# theirs); forms are never mutated, so the values (pure functions of the forms and the
+# extents) stay valid.  Callers only read them.
+_LEVEL_COUNTS: BoundedCache = BoundedCache(8192)
+
+
+def _strides(forms: list) -> dict:
+    """Depth -> ``index_form.coefficient(forms, depth)`` for every depth the forms use (the
+    smallest |coefficient| of the terms holding that loop: a loop-variable term holds its own
+    depth, a compound term the depths of its variables)."""
+    out: dict = {}
+    for f in forms:
+        for t in f.terms:
+            c = abs(t.coef)
+            for d in t.depths:
+                old = out.get(d)
+                if old is None or c < old:
+                    out[d] = c
+    return out
 
 
 def _loop_extent(f: T.For) -> int:
@@ -168,6 +218,9 @@ class PerStoreExtractor:
         self.auto_unroll_depth = -1    # depth of the loop carrying the innermost auto_unroll pragma
         # For -> {Buffer: [(acc_type, touched elements, element bytes)]} (TVM's for_touch_regions)
         self.touch: dict = {}
+        # For -> [sum of touched elements * element bytes, sum of element bytes] over all its
+        # touch entries (integers, kept up to date with ``touch``: _reuse's distances in bytes)
+        self.touch_totals: dict = {}
         self._footprint: list = []  # the current store's cache-line footprint per loop level
 
     # -- traversal -----------------------------------------------------------
@@ -229,10 +282,10 @@ class PerStoreExtractor:
         fea = self.features.get(buf)
         if fea is None:
             fea = self.features[buf] = FeatureSet()
-        ops = count_ops(s.value)
+        ops, loads = _scan_value(s.value)
         for k, v in enumerate(ops):
             fea.ops[k] += self.outer_prod * v
-        accesses = self._accesses(s)
+        accesses = self._accesses(s, loads)
         fea.vec = self._annotation(self.vec_depths, accesses, buf)
         fea.unroll = self._annotation(self.unroll_depths, accesses, buf)
         fea.parallel = self._annotation(self.parallel_depths, accesses, buf)
@@ -244,25 +297,34 @@ class PerStoreExtractor:
         fea.outer = [self.outer_prod, float(len(self.loops)), float(self.auto_unroll)]
         fea.extra = self._extra(buf, accesses)
 
-    def _accesses(self, s: T.Store) -> dict:
-        """Buffer -> [acc_type, [AffineForm...], element bytes, depths used] for one store."""
+    def _accesses(self, s: T.Store, loads: list) -> dict:
+        """Buffer -> [acc_type, [AffineForm...], element bytes, strides, touched, contiguous]
+        for one store (``loads``: the BufferLoads of its value, in walk order).
+
+        strides: depth of each loop the buffer's indices use -> ``coefficient(forms, depth)``
+        (so its keys are the depths used); touched / contiguous: ``touched_elements`` /
+        ``contiguous_elements`` of the forms at every loop level 0 .. n
+        (``index_form.level_counts``, one pass for the touch regions, the access features
+        and the extras).  All three are shared with other stores: read them only."""
         vd = self.var_depth
-        out = {s.buffer: [ACC_WRITE, [affine_form(s.index, vd)], _elem_bytes(s.buffer.dtype)]}
-        for n in walk(s.value):
-            if not isinstance(n, BufferLoad):
-                continue
+        out = {s.buffer: [ACC_WRITE, [shared_form(s.index, vd)], _elem_bytes(s.buffer.dtype)]}
+        for n in loads:
             acc = out.get(n.buffer)
             if acc is None:
-                out[n.buffer] = [ACC_READ, [affine_form(n.index, vd)], _elem_bytes(n.buffer.dtype)]
+                out[n.buffer] = [ACC_READ, [shared_form(n.index, vd)], _elem_bytes(n.buffer.dtype)]
             elif acc[0] == ACC_WRITE:
                 acc[0] = ACC_READWRITE  # an update reads what it writes: same index (TVM)
             elif acc[0] == ACC_READ:
-                acc[1].append(affine_form(n.index, vd))
+                acc[1].append(shared_form(n.index, vd))
+        extents = tuple(self.extents)
         for acc in out.values():
-            ds: set = set()
-            for f in acc[1]:
-                ds |= f.depths()
-            acc.append(ds)
+            forms = acc[1]
+            key = (tuple(map(id, forms)), extents)
+            counts = _LEVEL_COUNTS.get(key, keep=forms)
+            if counts is None:
+                counts = _LEVEL_COUNTS.put(key, (_strides(forms),) + level_counts(forms, extents),
+                                           keep=forms)
+            acc.extend(counts)
         return out
 
     def _touch_regions(self, accesses: dict, float_ops: float) -> tuple:
@@ -272,15 +334,28 @@ class PerStoreExtractor:
         line = self.line
         # bytes of the cache lines the loops from depth i inwards touch (i = 0..n), for _extra
         self._footprint = [float(line * len(accesses))] * (len(self.loops) + 1)
+        touch, totals = self.touch, self.touch_totals
         for i in range(len(self.loops) - 1, -1, -1):
-            regions = self.touch.setdefault(self.loops[i], {})
-            mem, line_bytes = 0, 0.0
-            for b, (acc_type, forms, eb, _) in accesses.items():
-                n = touched_elements(forms, i, self.extents)
-                regions.setdefault(b, []).append((acc_type, n, eb))
+            loop = self.loops[i]
+            regions = touch.get(loop)
+            if regions is None:
+                regions = touch[loop] = {}
+                totals[loop] = [0, 0]
+            mem, ebs, line_bytes = 0, 0, 0.0
+            for b, (acc_type, _, eb, _, touched, contiguous) in accesses.items():
+                n = touched[i]
+                entries = regions.get(b)
+                if entries is None:
+                    regions[b] = [(acc_type, n, eb)]
+                else:
+                    entries.append((acc_type, n, eb))
                 mem += n * eb
-                run = min(contiguous_elements(forms, i, self.extents) * eb, line)
+                ebs += eb
+                run = min(contiguous[i] * eb, line)
                 line_bytes += max(1.0, n * eb / run) * line
+            total = totals[loop]
+            total[0] += mem
+            total[1] += ebs
             self._footprint[i] = line_bytes
             bytes_list.append(float(mem))
             cur *= self.extents[i]
@@ -288,25 +363,25 @@ class PerStoreExtractor:
         return ops_list, bytes_list
 
     def _access_feature(self, buf, acc) -> tuple:
-        acc_type, forms, eb, depths = acc
+        acc_type, forms, eb, strides, touched, contiguous = acc
         n_loops = len(self.loops)
         bytes_ = self.outer_prod * eb
         if n_loops == 0:
             unique_bytes, stride, lines, unique_lines = float(eb), 0, 1.0, 1.0
         else:
-            unique_bytes = float(touched_elements(forms, 0, self.extents) * eb)
+            unique_bytes = float(touched[0] * eb)
             stride, reduce_ratio, i = 0, 1, n_loops - 1
             while i >= 0:
-                stride = coefficient(forms, i) if i in depths else 0
+                stride = strides.get(i, 0)
                 if stride:
                     break
                 reduce_ratio *= self.extents[i]
                 i -= 1
             lines = max(1.0, self.outer_prod / reduce_ratio * min(1.0, stride * eb / self.line))
             stride = stride if i == n_loops - 1 else 0
-            n_cont = contiguous_elements(forms, 0, self.extents) * eb
+            n_cont = contiguous[0] * eb
             unique_lines = max(1.0, unique_bytes / min(n_cont, self.line))
-        reuse = self._reuse(buf, depths)
+        reuse = self._reuse(buf, strides)
         return (acc_type, bytes_, unique_bytes, lines, unique_lines) + reuse + (float(stride),)
 
     def _extra(self, store_buf, accesses: dict) -> list:
@@ -344,21 +419,21 @@ class PerStoreExtractor:
         inner = n - 1
         out[0] = float(self.extents[inner])
         store = accesses[store_buf]
-        out[1] = float(coefficient(store[1], inner) if inner in store[3] else 0)
-        for b, (_, forms, _eb, depths) in accesses.items():
+        out[1] = float(store[3].get(inner, 0))
+        for b, (_, _, _, strides, _, _) in accesses.items():
             if b is store_buf:
                 continue
-            c = coefficient(forms, inner) if inner in depths else 0
+            c = strides.get(inner, 0)
             out[2 + (0 if c == 1 else 1 if c == 0 else 2)] += 1.0
         read_depths: set = set()
         for b, acc in accesses.items():
             if b is not store_buf:
-                read_depths |= acc[3]
+                read_depths.update(acc[3])
         reduce = [d for d in read_depths if d not in store[3]]
         if reduce:
             r = max(reduce)
             out[5] = float(self.extents[r])
-            acc_elems = touched_elements(store[1], r + 1, self.extents)
+            acc_elems = store[4][r + 1]
             out[6] = float(acc_elems)
             out[7] = float(acc_elems * store[2])
         steps, depth = 1, 0
@@ -384,23 +459,24 @@ class PerStoreExtractor:
             out[10 + k] = footprint[i] * trips
         return out
 
-    def _reuse(self, buf, depths: set) -> tuple:
+    def _reuse(self, buf, depths) -> tuple:
         """(reuse type, distance in iterations, distance in bytes, reuse count): TVM's ComputeReuse."""
         dis_iter, dis_bytes = 1.0, -1.0
         for i in range(len(self.loops) - 1, -1, -1):
-            regions = self.touch[self.loops[i]]
+            loop = self.loops[i]
+            total_bytes, total_eb = self.touch_totals[loop]  # sums over self.touch[loop]
             ext = self.extents[i]
             if i in depths:
                 dis_iter *= ext
-                dis_bytes = float(sum(n * eb for entries in regions.values() for _, n, eb in entries))
+                dis_bytes = float(total_bytes)
             else:
                 if dis_bytes < 0:
-                    dis_bytes = float(sum(eb for entries in regions.values() for _, _, eb in entries))
+                    dis_bytes = float(total_eb)
                 return (REUSE_LOOP_MULTIPLE_READ, dis_iter, dis_bytes, float(ext))
-            entries = regions[buf]
+            entries = self.touch[loop][buf]
             if len(entries) > 1:
                 d_iter = float(min(n for _, n, _ in entries))
-                d_bytes = float(sum(n * eb for es in regions.values() for _, n, eb in es))
+                d_bytes = float(total_bytes)
                 return (REUSE_SERIAL_MULTIPLE_READWRITE, d_iter / ext, d_bytes / ext,
                         float(len(entries) - 1))
         return (REUSE_NONE, 0.0, 0.0, 0.0)
@@ -421,7 +497,7 @@ class PerStoreExtractor:
         GetAnnotationPosEncoding, read off the flat indices: spatial loops index the
         stored buffer, ordered by their stride in it; reduce loops only index reads)."""
         store_forms = accesses[store_buf][1][:1]
-        spatial = {d: coefficient(store_forms, d) for d in accesses[store_buf][3]}
+        spatial = accesses[store_buf][3]  # its one form's strides
         if depth in spatial:
             if sum(1 for t in store_forms[0].terms if depth in t.depths) > 1:
                 return POS_MIXED  # a fused loop that indexes several dimensions
@@ -435,7 +511,7 @@ class PerStoreExtractor:
         read_depths: set = set()
         for b, acc in accesses.items():
             if b is not store_buf:
-                read_depths |= acc[3]
+                read_depths.update(acc[3])
         reduce = sorted(d for d in read_depths if d not in spatial)
         if depth not in reduce:
             return POS_OUTER_SPATIAL  # a loop of a consumer this stage is attached under

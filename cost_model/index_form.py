@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 from scheduler_core.arith.const_int_bound import const_int_bound
 from scheduler_core.arith.linear_form import linear_form
-from scheduler_core.ir.expr import Broadcast, Cast, Expr, FloatImm, IntImm, Ramp, Var
+from scheduler_core.base.bounded_cache import BoundedCache
+from scheduler_core.ir.expr import BinaryOp, Broadcast, Cast, Expr, FloatImm, IntImm, Ramp, Var
 from scheduler_core.ir.expr_functor import free_vars, walk
 
 _INF = float("inf")
@@ -49,8 +50,8 @@ class Term:
     var_depth: int = -1
     lanes: int = 0
     var_map: dict | None = None  # compound keys: their loop Var -> depth
-    # compound keys: term_range's answers, keyed by the extents of the loops that run
-    # (a feature extraction asks for every level, twice per level)
+    # compound keys: term_range's answers, keyed by the extents of the loops that run (a
+    # feature extraction asks at several levels, and shared_form reuses the Term across states)
     ranges: dict = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -101,6 +102,72 @@ def affine_form(e: Expr, var_depth: dict) -> AffineForm:
     return AffineForm(int(const), out)
 
 
+# shared_form's memo: the shape key of an index (see _shape_key) -> its AffineForm.  The forms
+# are never mutated (their Terms' ``ranges`` only memoize a pure function of the key's
+# structure and the loop extents), so one form serves every index of the same shape; it keeps
+# the sub-expressions of the first such index alive, hence the bound on entries.
+_SHARED_FORMS: BoundedCache = BoundedCache(8192)
+
+
+def shared_form(e: Expr, var_depth: dict) -> AffineForm:
+    """``affine_form(e, var_depth)``, shared between indices of the same shape.
+
+    Two indices have the same shape when they are the same tree of ``Var``/``IntImm``/
+    ``BinaryOp``/``Cast``/``Ramp``/``Broadcast`` nodes (same ops, constants, dtypes and
+    lanes) whose variables (same names and dtypes) occur in the same pattern at the same
+    loop depths (-1 for a variable that is not a loop).  Every number that ``access_range``,
+    ``touched_elements``, ``coefficient``, ``contiguous_elements`` and ``level_counts``
+    derive from the form is then the same, so the form made for the first index serves the
+    others (the lowered programs of a search differ mostly in constants and loop extents,
+    and repeat index shapes across states).  The returned form's compound term keys may
+    therefore be nodes of that earlier index.  Indices holding other nodes (loads, calls,
+    float constants) are not shared.
+    """
+    key = _shape_key(e, var_depth)
+    if key is None:
+        return affine_form(e, var_depth)
+    form = _SHARED_FORMS.get(key)
+    if form is None:
+        form = _SHARED_FORMS.put(key, affine_form(e, var_depth))
+    return form
+
+
+def _shape_key(e: Expr, var_depth: dict) -> tuple | None:
+    """The pre-order serialization of ``e`` for ``shared_form`` (a prefix code: each node
+    is a tag and a fixed number of fields; a variable is its first-occurrence number, its
+    loop depth, name and dtype), or None when ``e`` holds a node outside the shared shapes."""
+    out: list = []
+    numbers: dict = {}
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        t = type(n)
+        if t is BinaryOp:
+            out += ("b", n.op, n.dtype)
+            stack.append(n.b)
+            stack.append(n.a)
+        elif t is Var:
+            k = numbers.get(n)
+            if k is None:
+                k = numbers[n] = len(numbers)
+            out += ("v", k, var_depth.get(n, -1), n.name, n.dtype)
+        elif t is IntImm:
+            out += ("i", n.value, n.dtype)
+        elif t is Cast:
+            out += ("c", n.dtype)
+            stack.append(n.value)
+        elif t is Ramp:
+            out += ("r", n.lanes, n.dtype)
+            stack.append(n.stride)
+            stack.append(n.base)
+        elif t is Broadcast:
+            out += ("x", n.lanes, n.dtype)
+            stack.append(n.value)
+        else:
+            return None
+    return tuple(out)
+
+
 def _collect(e: Expr, scale: int, terms: dict, var_depth: dict) -> int:
     """Add ``scale * e`` into ``terms`` (Expr -> (coef, lanes)); return its constant part."""
     atoms, const = linear_form(e)
@@ -133,6 +200,9 @@ def _add(terms: dict, key, coef: int) -> None:
 # Ranges of terms when some loops run
 # ---------------------------------------------------------------------------
 
+_RANGES_KEPT = 256  # entries of one Term's ``ranges`` before they are dropped
+
+
 def term_range(t: Term, level: int, extents: list) -> tuple:
     """``(lo, hi)`` of ``t.key`` when loops at depth >= ``level`` run and outer ones sit at 0.
 
@@ -146,9 +216,12 @@ def term_range(t: Term, level: int, extents: list) -> tuple:
         return (0, extents[t.var_depth] - 1) if t.var_depth >= level else (0, 0)
     depth = t.var_map or {}
     key = tuple(extents[d] if d >= level else -1 for d in depth.values())
-    hit = t.ranges.get(key)
+    ranges = t.ranges
+    hit = ranges.get(key)
     if hit is None:
-        hit = t.ranges[key] = _compound_range(t.key, depth, extents, level)
+        if len(ranges) >= _RANGES_KEPT:  # a shared form lives across many states: stay bounded
+            ranges.clear()
+        hit = ranges[key] = _compound_range(t.key, depth, extents, level)
     return hit
 
 
@@ -208,6 +281,102 @@ def touched_elements(forms: list, level: int, extents: list) -> int:
     return int(min(total, hi - lo + 1))
 
 
+def level_counts(forms: list, extents: list) -> tuple:
+    """``(touched, contiguous)``: lists over every level ``0 .. len(extents)`` of
+    ``touched_elements(forms, level, extents)`` and ``contiguous_elements(forms, level, extents)``.
+
+    One pass from the innermost level outwards (what a feature extraction asks of every
+    access): a loop-variable term starts to run at its own depth, a compound term's range
+    changes only at the depths of its loop variables, so each level updates the running
+    sums (bounds, the width per coefficient, the span) of the terms that change there,
+    and a level where none changes repeats the level inside it.  All quantities are
+    integers, so the results are exactly those of the per-level functions.
+    """
+    n = len(extents)
+    touched = [0] * (n + 1)
+    contiguous = [1] * (n + 1)
+    many = len(forms) > 1
+    if many:
+        los, his, totals = [_INF] * (n + 1), [-_INF] * (n + 1), [0] * (n + 1)
+    for form in forms:
+        terms = form.terms
+        lo = hi = form.const
+        groups: dict = {}     # |coef| -> sum of the positive widths of its terms
+        span = 1
+        changes: dict = {}    # level -> indices in terms of the terms whose range changes there
+        cur = []              # the current (r0, r1) of each term
+        for k, t in enumerate(terms):
+            c = t.coef
+            if t.lanes:
+                r = (0, t.lanes - 1)
+            elif t.var_depth >= 0:
+                r = (0, 0)
+                changes.setdefault(t.var_depth, []).append(k)
+            else:
+                r = term_range(t, n, extents)
+                for d in t.depths:
+                    changes.setdefault(d, []).append(k)
+            cur.append(r)
+            r0, r1 = r
+            if c >= 0:
+                lo += c * r0
+                hi += c * r1
+            else:
+                lo += c * r1
+                hi += c * r0
+            w = r1 - r0
+            if w > 0:
+                ac = abs(c)
+                groups[ac] = groups.get(ac, 0) + w
+                span += ac * w
+        for level in range(n, -1, -1):
+            ks = changes.get(level)
+            if ks is not None:
+                for k in ks:
+                    t = terms[k]
+                    r0, r1 = r = (0, extents[level] - 1) if t.var_depth >= 0 else term_range(t, level, extents)
+                    o0, o1 = cur[k]
+                    cur[k] = r
+                    c = t.coef
+                    if c >= 0:
+                        lo += c * (r0 - o0)
+                        hi += c * (r1 - o1)
+                    else:
+                        lo += c * (r1 - o1)
+                        hi += c * (r0 - o0)
+                    dw = max(r1 - r0, 0) - max(o1 - o0, 0)
+                    if dw:
+                        ac = abs(c)
+                        g = groups.get(ac, 0) + dw
+                        if g:
+                            groups[ac] = g
+                        else:
+                            del groups[ac]
+                        span += ac * dw
+            if ks is not None or level == n:
+                box = 1
+                for w in groups.values():
+                    box *= w + 1
+                count = min(box, span)
+                run = 1
+                while run in groups:
+                    run = run * (groups[run] + 1)
+            if run > contiguous[level]:
+                contiguous[level] = run
+            if many:
+                if lo < los[level]:
+                    los[level] = lo
+                if hi > his[level]:
+                    his[level] = hi
+                totals[level] += count
+            else:
+                touched[level] = count
+    if many:
+        for level in range(n + 1):
+            touched[level] = int(min(totals[level], his[level] - los[level] + 1))
+    return touched, contiguous
+
+
 def coefficient(forms: list, depth: int) -> int:
     """The smallest |stride| (in elements) of the loop at ``depth`` over ``forms``; 0 if unused.
 
@@ -246,4 +415,4 @@ def contiguous_elements(forms: list, level: int, extents: list) -> int:
 
 
 __all__ = ["Term", "AffineForm", "affine_form", "access_range", "touched_elements",
-           "coefficient", "contiguous_elements", "term_range"]
+           "coefficient", "contiguous_elements", "term_range", "level_counts", "shared_form"]

@@ -476,7 +476,7 @@ def lowers(state) -> bool:
 
 
 def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries: int | None = None,
-                           check_lowering: bool = True) -> list:
+                           check_lowering: bool = True, lowering_check=None) -> list:
     """Up to ``n`` distinct complete States sampled from ``sketches``.
 
     Parameters
@@ -490,6 +490,14 @@ def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries:
     max_tries : int, the number of attempts in all (default ``4 * n + 64``); sampling
         also stops after ``max(64, n)`` attempts in a row that gave nothing new
     check_lowering : bool, drop states that do not lower (ScheduleError/LoweringError)
+    lowering_check : callable, list of States -> list of bool (whether each lowers), default
+        :func:`lowers` on each; the search passes one that lowers a batch on worker processes
+        and keeps the features it computes on the way (``cost_model.feature.lowering_flags``)
+
+    The lowering check runs on batches: candidates that pass the cheap checks are collected
+    until they would complete the population (or the attempts in a row that gave nothing
+    new reach the patience), then checked together.  The batches depend only on ``rng``, so
+    the states are the same with any ``lowering_check`` that agrees with :func:`lowers`.
 
     Returns the states in sampling order, de-duplicated by their steps, without
     nested parallel loops and, on a GPU, within the task's limits of threads, virtual
@@ -501,25 +509,34 @@ def sample_init_population(policy, sketches, n: int, rng, rules=None, max_tries:
     max_tries = 4 * n + 64 if max_tries is None else max_tries
     patience = max(64, n)
     gpu = policy.task.target.is_gpu
+    check = lowering_check if lowering_check is not None else (lambda states: [lowers(s) for s in states])
     out: list = []
+    pending: list = []  # candidates that passed the cheap checks, not yet checked for lowering
     seen: set = set()
     tries = stale = 0
+
+    def flush() -> None:
+        nonlocal stale
+        flags = check(pending) if check_lowering and pending else [True] * len(pending)
+        for state, ok in zip(pending, flags):
+            if ok and len(out) < n:
+                out.append(state)
+                stale = 0
+        pending.clear()
+
     while len(out) < n and tries < max_tries and stale < patience:
         tries += 1
         stale += 1
         state = apply_init_rules(policy, pick(rng, sketches), rng, rules)
-        if state is None:
-            continue
-        key = step_key(state)
-        if key in seen:
-            continue
-        seen.add(key)
-        if gpu and not within_limits(policy.task, state):
-            continue
-        if has_nested_parallel(state) or (check_lowering and not lowers(state)):
-            continue
-        out.append(state)
-        stale = 0
+        if state is not None:
+            key = step_key(state)
+            if key not in seen:
+                seen.add(key)
+                if not (gpu and not within_limits(policy.task, state)) and not has_nested_parallel(state):
+                    pending.append(state)
+        if len(out) + len(pending) >= n or stale >= patience or tries >= max_tries:
+            flush()
+    flush()
     return out
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
-from scheduler_core.ir.expr import BinaryOp, Cast, Expr, IntImm, is_float
+from scheduler_core.ir.expr import BinaryOp, Cast, Expr, FloatImm, IntImm, Var, is_float
 from scheduler_core.ir.expr_functor import children, rebuild, walk
 from scheduler_core.ir.simplify import const_value
 
@@ -74,21 +75,33 @@ def simplify_divmod(e: Expr, env: dict, bound: RangeFn | None = None, memo: dict
     (default: the symbolic :func:`interval`); ``memo`` (``id -> (node, result)``) may be shared
     by calls with the same ``env`` and ``bound``.
     """
-    if not any(isinstance(n, BinaryOp) and n.op in ("floordiv", "floormod") for n in walk(e)):
+    for n in walk(e):
+        if isinstance(n, BinaryOp) and (n.op == "floordiv" or n.op == "floormod"):
+            break
+    else:
         return e
     memo = {} if memo is None else memo
     rng = _interval_range if bound is None else bound
 
-    def go(node: Expr) -> Expr:
+    def go(node: Any) -> Expr:  # Any: dispatched on its exact class
+        t = type(node)
+        if t is IntImm or t is Var or t is FloatImm:  # a leaf: no child, nothing to rewrite
+            return node
         hit = memo.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        kids = children(node)
         out = node
-        if kids:
-            new = tuple(go(k) for k in kids)
-            if any(a is not b for a, b in zip(new, kids)):
-                out = rebuild(node, new)
+        if t is BinaryOp:  # the common interior node, inline
+            a, b = node.a, node.b
+            na, nb = go(a), go(b)
+            if na is not a or nb is not b:
+                out = BinaryOp(node.op, na, nb, node.dtype)
+        else:
+            kids = children(node)
+            if kids:
+                new = tuple([go(k) for k in kids])
+                if any(a is not b for a, b in zip(new, kids)):
+                    out = rebuild(node, new)
         rewritten = _divmod_rewrite(out, env, rng)
         out = rewritten if rewritten is not None else out
         memo[id(node)] = (node, out)

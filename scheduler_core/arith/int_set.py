@@ -141,14 +141,23 @@ def _cast(e: Cast, env: dict) -> Interval | None:
     return v if widening else None
 
 
+_ABSENT = object()  # env.get's default: the point interval is made only when needed
+
+
 def interval(e: Expr, env: dict) -> Interval | None:
     """The set of values of int expression ``e`` when each Var in ``env`` ranges over its
     Interval (other variables are fixed points); None when not analysable."""
-    e = as_expr(e)
+    t = type(e)
+    if t is Var:  # the common leaf first (exact class: the node classes are final)
+        r = env.get(e, _ABSENT)
+        return point(e) if r is _ABSENT else r
+    if t is not BinaryOp:
+        e = as_expr(e)
     if isinstance(e, IntImm):
         return point(e)
     if isinstance(e, Var):
-        return env.get(e, point(e))
+        r = env.get(e, _ABSENT)
+        return point(e) if r is _ABSENT else r
     if isinstance(e, Cast):
         return _cast(e, env)
     if isinstance(e, (FloatImm,)):

@@ -14,7 +14,9 @@ variable, a ``floordiv``/``floormod`` term, a load, a cast...  Atoms are keyed s
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.ir.expr import BinaryOp, Expr, IntImm, Var, as_expr, expr_str
 from scheduler_core.ir.expr_functor import walk
 from scheduler_core.ir.simplify import const_value, simplify
@@ -22,22 +24,73 @@ from scheduler_core.ir.simplify import const_value, simplify
 LinearForm = tuple  # (terms: {key: (atom, coef)}, const: int)
 
 
+# atom_key of a compound atom, by node identity (the key holds the node, so its id and its
+# variables' ids stay valid; nodes are immutable, so the printed form cannot change).  The
+# same atoms come back many times: every linear form of an index meets its floordiv/floormod
+# and load atoms again.
+_ATOM_KEYS: BoundedCache[Expr, tuple] = BoundedCache(1 << 14)
+
+
 def atom_key(e: Expr) -> tuple:
     """The key of atom ``e`` in a linear form: a variable by identity, anything else by its
     printed form and the identities of its variables."""
     if isinstance(e, Var):
         return ("v", id(e))
-    ids = tuple(sorted(id(n) for n in walk(e) if isinstance(n, Var)))
-    return ("a", expr_str(e), ids)
+    key = _ATOM_KEYS.get(e)
+    if key is None:
+        ids = tuple(sorted(id(n) for n in walk(e) if isinstance(n, Var)))
+        key = _ATOM_KEYS.put(e, ("a", expr_str(e), ids))
+    return key
 
 
-def linear_form(e: Expr) -> LinearForm:
+def linear_form(e: Any) -> LinearForm:
     """``(terms: {key: (atom, coef)}, const)`` of an integer expression (coefs never 0).
 
     ``add``, ``sub`` and ``mul`` by a constant are expanded; every other node is an atom.
     Never raises.
     """
-    e = as_expr(e)
+    t = type(e)  # exact classes first (the node classes are final), then the general case
+    if t is BinaryOp:
+        op = e.op
+        if op == "add" or op == "sub":
+            a, b = e.a, e.b
+            ta, tb = type(a), type(b)
+            if ta is IntImm:  # leaf operands inline: a sum of a variable and a constant
+                terms, k = {}, a.value
+            elif ta is Var:
+                terms, k = {("v", id(a)): (a, 1)}, 0
+            else:
+                terms, k = linear_form(a)
+            if op == "add":
+                if tb is IntImm:
+                    return terms, k + b.value
+                if tb is Var:
+                    return _add_in_place(terms, {("v", id(b)): (b, 1)}, 1), k
+                tb_terms, kb = linear_form(b)
+                return _add_in_place(terms, tb_terms, 1), k + kb
+            tb_terms, kb = linear_form(b)
+            return _add_in_place(terms, tb_terms, -1), k - kb
+        if op == "mul":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                c = y.value if type(y) is IntImm else const_value(y)
+                if isinstance(c, int):
+                    t0, k0 = linear_form(x)
+                    out = {}
+                    for key, (atom, v) in t0.items():
+                        vc = v * c
+                        if vc != 0:
+                            out[key] = (atom, vc)
+                    return out, k0 * c
+        return {atom_key(e): (e, 1)}, 0
+    if t is IntImm:
+        return {}, e.value
+    if t is Var:
+        return {("v", id(e)): (e, 1)}, 0
+    return _linear_form_general(as_expr(e))
+
+
+def _linear_form_general(e: Expr) -> LinearForm:
+    """:func:`linear_form` of an Expr by ``isinstance`` tests (for classes met rarely)."""
     if isinstance(e, IntImm):
         return {}, e.value
     if isinstance(e, BinaryOp) and e.op in ("add", "sub"):
@@ -52,6 +105,18 @@ def linear_form(e: Expr) -> LinearForm:
                 t, k0 = linear_form(x)
                 return {k: (a, v * c) for k, (a, v) in t.items() if v * c != 0}, k0 * c
     return {atom_key(e): (e, 1)}, 0
+
+
+def _add_in_place(terms: dict, more: dict, scale: int) -> dict:
+    """:func:`add_terms` written into ``terms`` itself (a fresh dict the caller owns)."""
+    for key, (atom, coef) in more.items():
+        old = terms.get(key)
+        total = scale * coef if old is None else old[1] + scale * coef
+        if total:
+            terms[key] = (atom, total)
+        else:
+            terms.pop(key, None)
+    return terms
 
 
 def add_terms(terms: dict, more: dict, scale: int = 1) -> dict:
@@ -70,8 +135,19 @@ def from_linear(terms: dict, c: int) -> Expr:
     """The expression ``sum(coef * atom) + c`` (terms in their dict order)."""
     out: Expr | None = None
     for atom, coef in terms.values():
-        term = atom if coef == 1 else atom * IntImm(coef)
-        out = term if out is None else out + term
+        # atom * IntImm(coef) and out + term, built directly when no dtype promotion is due
+        if coef == 1:
+            term = atom
+        elif isinstance(atom, Expr) and atom.dtype == "int32":
+            term = BinaryOp("mul", atom, IntImm(coef), "int32")
+        else:
+            term = atom * IntImm(coef)
+        if out is None:
+            out = term
+        elif isinstance(out, Expr) and isinstance(term, Expr) and out.dtype == term.dtype:
+            out = BinaryOp("add", out, term, out.dtype)
+        else:
+            out = out + term
     if out is None:
         return IntImm(c)
     return simplify(out + IntImm(c)) if c else out

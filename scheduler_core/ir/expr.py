@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from scheduler_core.base.errors import InvalidWorkloadError
+from scheduler_core.base.frozen import fast_init
 
 from .intrinsics import CALL_INTRINSICS, INTRINSIC_BY_NAME
 
@@ -113,6 +114,7 @@ class Expr:
     __str__ = __repr__
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class IntImm(Expr):
     value: int
@@ -122,6 +124,7 @@ class IntImm(Expr):
         return int(self.value)
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class FloatImm(Expr):
     value: float
@@ -131,6 +134,7 @@ class FloatImm(Expr):
         return float(self.value)
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Var(Expr):
     """A scalar variable: a loop index, a symbolic shape, a scan step."""
@@ -139,6 +143,7 @@ class Var(Expr):
     dtype: str = "int32"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class BinaryOp(Expr):
     op: str  # one of BINARY_OPS
@@ -147,6 +152,7 @@ class BinaryOp(Expr):
     dtype: str = "int32"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class CmpOp(Expr):
     op: str  # one of CMP_OPS
@@ -163,6 +169,7 @@ class CmpOp(Expr):
         return Expr.__bool__(self)
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class LogicalOp(Expr):
     op: str  # "and" | "or"
@@ -171,12 +178,14 @@ class LogicalOp(Expr):
     dtype: str = "bool"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Not(Expr):
     a: Expr
     dtype: str = "bool"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Select(Expr):
     """``cond ? true_value : false_value``; only the taken branch is evaluated."""
@@ -187,12 +196,14 @@ class Select(Expr):
     dtype: str = "float32"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Cast(Expr):
     value: Expr
     dtype: str = "float32"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Call(Expr):
     """A pure math intrinsic (``name`` in INTRINSICS) applied elementwise."""
@@ -254,6 +265,7 @@ class Range:
     extent: Expr
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class TensorLoad(Expr):
     """``tensor[indices]`` inside a compute body (TVM's ProducerLoad)."""
@@ -263,6 +275,7 @@ class TensorLoad(Expr):
     dtype: str = "float32"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Reduce(Expr):
     """``combiner`` over ``axis`` of ``source`` where ``condition`` holds.
@@ -280,6 +293,7 @@ class Reduce(Expr):
 
 # Lowered-program-only nodes -------------------------------------------------
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Ramp(Expr):
     """The vector ``[base, base + stride, ..., base + (lanes-1)*stride]``."""
@@ -290,6 +304,7 @@ class Ramp(Expr):
     dtype: str = "int32"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class Broadcast(Expr):
     """``lanes`` copies of the scalar ``value``."""
@@ -299,6 +314,7 @@ class Broadcast(Expr):
     dtype: str = "float32"
 
 
+@fast_init
 @dataclass(frozen=True, eq=False, repr=False)
 class BufferLoad(Expr):
     """``buffer[index]`` with a flat element ``index`` (a ``Ramp`` for vectors)."""
@@ -351,7 +367,20 @@ def as_expr(value: Any, like: str | None = None) -> Expr:
     raise InvalidWorkloadError(f"cannot use {type(value).__name__} {value!r} in an expression")
 
 
+_INT_DTYPE_SET = frozenset(INT_DTYPES)
+
+
 def _pair(a: Any, b: Any) -> tuple[Expr, Expr]:
+    # Fast paths (the result the general code below gives): two Exprs of one dtype stay as
+    # they are; a Python int next to an integer Expr becomes an IntImm of that dtype.
+    if isinstance(a, Expr):
+        if isinstance(b, Expr):
+            if a.dtype == b.dtype:
+                return a, b
+        elif type(b) is int and a.dtype in _INT_DTYPE_SET:
+            return a, IntImm(b, a.dtype)
+    elif type(a) is int and isinstance(b, Expr) and b.dtype in _INT_DTYPE_SET:
+        return IntImm(a, b.dtype), b
     if isinstance(a, (Expr, IterVar)) or not isinstance(b, (Expr, IterVar)):
         ea = as_expr(a)
         eb = as_expr(b, ea.dtype)
@@ -368,9 +397,10 @@ def _pair(a: Any, b: Any) -> tuple[Expr, Expr]:
 
 def binary(op: str, a: Any, b: Any) -> Expr:
     ea, eb = _pair(a, b)
-    if op == "div" and not is_float(ea.dtype):
+    dtype = ea.dtype
+    if op == "div" and not dtype.startswith("float"):
         op = "floordiv"
-    return BinaryOp(op, ea, eb, ea.dtype)
+    return BinaryOp(op, ea, eb, dtype)
 
 
 def compare(op: str, a: Any, b: Any) -> Expr:
@@ -438,6 +468,16 @@ def _float_str(v: float, dtype: str) -> str:
 
 def expr_str(e) -> str:
     """One-line text of an expression, e.g. ``(A[i, k]*B[k, j])``."""
+    t = type(e)  # the commonest nodes first, by exact class (the node classes are final)
+    if t is Var:
+        return e.name
+    if t is BinaryOp:
+        sym = _BIN_SYM.get(e.op)
+        if sym is not None:
+            return f"({expr_str(e.a)}{sym}{expr_str(e.b)})"
+        return f"{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
+    if t is IntImm and e.dtype == "int32":
+        return str(e.value)
     if isinstance(e, IterVar):
         return e.var.name
     if isinstance(e, IntImm):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from collections.abc import Iterator as PyIterator
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -42,8 +43,8 @@ from .expr import (
 # Generic traversal
 # ---------------------------------------------------------------------------
 
-def children(e: Expr) -> tuple:
-    """The direct sub-expressions of ``e`` (reduce axes are not expressions)."""
+def _children_of_node(e: Expr) -> tuple:
+    """:func:`children` by ``isinstance`` tests: the path for a type outside ``_CHILDREN``."""
     if isinstance(e, (BinaryOp, CmpOp, LogicalOp)):
         return (e.a, e.b)
     if isinstance(e, Not):
@@ -67,17 +68,51 @@ def children(e: Expr) -> tuple:
     return ()
 
 
+# children by the exact node class (one dict look-up instead of a chain of isinstance tests;
+# the node classes are final): _NO_CHILDREN for a leaf, else a function of the node.
+_NO_CHILDREN: tuple = ()
+_CHILDREN: dict[type, Any] = {
+    IntImm: _NO_CHILDREN, FloatImm: _NO_CHILDREN, Var: _NO_CHILDREN,
+    BinaryOp: attrgetter("a", "b"), CmpOp: attrgetter("a", "b"), LogicalOp: attrgetter("a", "b"),
+    Not: lambda e: (e.a,),
+    Select: attrgetter("cond", "true_value", "false_value"),
+    Cast: lambda e: (e.value,),
+    Call: attrgetter("args"),
+    TensorLoad: attrgetter("indices"),
+    Reduce: lambda e: (e.source,) if e.condition is None else (e.source, e.condition),
+    Ramp: attrgetter("base", "stride"),
+    Broadcast: lambda e: (e.value,),
+    BufferLoad: lambda e: (e.index,),
+}
+
+
+def children(e: Expr) -> tuple:
+    """The direct sub-expressions of ``e`` (reduce axes are not expressions)."""
+    f = _CHILDREN.get(type(e))
+    if f is None:
+        return _children_of_node(e)
+    return f if f is _NO_CHILDREN else f(e)
+
+
 def walk(e: Expr) -> PyIterator[Expr]:
     """Pre-order iteration over every node of ``e`` (iterative, no recursion limit)."""
     stack = [e]
+    pop, push = stack.pop, stack.append
     while stack:
-        node = stack.pop()
+        node: Any = pop()  # Any: dispatched on its exact class
         yield node
-        stack.extend(reversed(children(node)))
+        t = type(node)
+        if t is BinaryOp or t is CmpOp or t is LogicalOp:  # the common interior nodes, inline
+            push(node.b)
+            push(node.a)
+        elif t is not IntImm and t is not Var and t is not FloatImm:
+            kids = children(node)
+            if kids:
+                stack.extend(reversed(kids))
 
 
-def rebuild(e: Expr, new_children: tuple) -> Expr:
-    """``e`` with its children replaced (same order as :func:`children`)."""
+def _rebuild_node(e: Expr, new_children: tuple) -> Expr:
+    """:func:`rebuild` by ``isinstance`` tests: the path for a type outside ``_REBUILD``."""
     if isinstance(e, BinaryOp):
         return BinaryOp(e.op, new_children[0], new_children[1], e.dtype)
     if isinstance(e, CmpOp):
@@ -106,6 +141,22 @@ def rebuild(e: Expr, new_children: tuple) -> Expr:
     return e
 
 
+def rebuild(e: Any, new_children: tuple) -> Expr:
+    """``e`` with its children replaced (same order as :func:`children`)."""
+    t = type(e)
+    if t is BinaryOp:  # the common case first
+        return BinaryOp(e.op, new_children[0], new_children[1], e.dtype)
+    return _rebuild_node(e, new_children)
+
+
+def same_children(new: tuple, old: tuple) -> bool:
+    """Whether the rewritten children ``new`` are the very objects ``old``."""
+    for a, b in zip(new, old):
+        if a is not b:
+            return False
+    return True
+
+
 def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """Bottom-up rewrite: ``fn(node)`` returns a replacement or ``None`` to keep it.
 
@@ -114,29 +165,62 @@ def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """
     memo: dict[int, Expr] = {}
 
-    def go(node: Expr) -> Expr:
+    def go(node: Any) -> Expr:  # Any: dispatched on its exact class
         key = id(node)
-        if key in memo:
-            return memo[key]
+        out = memo.get(key)  # never None: a memo value is an Expr
+        if out is not None:
+            return out
         out = fn(node)
         if out is None:
-            kids = children(node)
-            if kids:
-                new = tuple(go(k) for k in kids)
-                out = node if all(a is b for a, b in zip(new, kids)) else rebuild(node, new)
-            else:
-                out = node
+            out = _map_children(node, go)
         memo[key] = out
         return out
 
     return go(e)
 
 
+def _map_children(node: Any, go) -> Expr:
+    """``node`` with ``go`` applied to each child; ``node`` itself when no child changed."""
+    if type(node) is BinaryOp:  # the common interior node, inline
+        a, b = node.a, node.b
+        na, nb = go(a), go(b)
+        return node if na is a and nb is b else BinaryOp(node.op, na, nb, node.dtype)
+    kids = children(node)
+    if not kids:
+        return node
+    new = tuple([go(k) for k in kids])
+    return node if same_children(new, kids) else rebuild(node, new)
+
+
 def substitute(e: Expr, mapping: dict) -> Expr:
     """Replace variables: ``mapping`` maps ``Var`` -> ``Expr`` (by identity)."""
     if not mapping:
         return e
-    return transform(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+    get = mapping.get
+    memo: dict[int, Expr] = {}
+
+    # transform(e, lambda n: mapping.get(n) if isinstance(n, Var) else None), with the
+    # callback inlined: a variable becomes its image (itself if unmapped), a constant stays.
+    def go(node: Any) -> Expr:  # Any: dispatched on its exact class
+        t = type(node)
+        if t is Var:
+            out = get(node)
+            return node if out is None else out
+        if t is IntImm or t is FloatImm:
+            return node
+        key = id(node)
+        out = memo.get(key)  # never None: a memo value is an Expr
+        if out is not None:
+            return out
+        if isinstance(node, Var) and t is not BinaryOp:  # a Var subclass
+            out = get(node)
+            out = node if out is None else out
+        else:
+            out = _map_children(node, go)
+        memo[key] = out
+        return out
+
+    return go(e)
 
 
 def free_vars(e: Expr) -> list:

@@ -27,7 +27,7 @@ from .expr import (
     const,
     is_float,
 )
-from .expr_functor import children, rebuild
+from .expr_functor import children, rebuild, same_children
 
 # ---------------------------------------------------------------------------
 # Simplification (constant folding and identities; enough for readable IR)
@@ -66,40 +66,56 @@ def is_const(e: Any, value: Any = None) -> bool:
     return value is None or e.value == value
 
 
-def _simplify_node(n: Expr) -> Expr:
-    if isinstance(n, BinaryOp):
-        a, b, op = n.a, n.b, n.op
-        if isinstance(a, (IntImm, FloatImm)) and isinstance(b, (IntImm, FloatImm)):
-            v = _fold(op, a.value, b.value)
-            if v is not None and (is_float(n.dtype) or (isinstance(v, int) and v.bit_length() <= _MAX_FOLD_BITS)):
+def _simplify_binary(n: BinaryOp) -> Expr:
+    """:func:`_simplify_node` of a ``BinaryOp`` (constant tests by exact class: the node
+    classes are final)."""
+    a: Any = n.a  # Any: narrowed by exact class below, which mypy does not follow
+    b: Any = n.b
+    op = n.op
+    ta, tb = type(a), type(b)
+    a_const = ta is IntImm or ta is FloatImm
+    b_const = tb is IntImm or tb is FloatImm
+    if a_const and b_const:
+        v = _fold(op, a.value, b.value)
+        if v is not None:
+            if type(v) is int and v.bit_length() <= _MAX_FOLD_BITS and not is_float(n.dtype):
+                return IntImm(v, n.dtype)  # what const(v, n.dtype) gives
+            if is_float(n.dtype) or (isinstance(v, int) and v.bit_length() <= _MAX_FOLD_BITS):
                 return const(v, n.dtype)
-        if op == "add":
-            if is_const(a, 0): return b
-            if is_const(b, 0): return a
-            # (x + c1) + c2 -> x + (c1 + c2)
-            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "add" and isinstance(a.b, IntImm):
-                return _simplify_node(BinaryOp("add", a.a, IntImm(a.b.value + b.value, n.dtype), n.dtype))
-        elif op == "sub":
-            if is_const(b, 0): return a
-            if a is b and not is_float(n.dtype): return IntImm(0, n.dtype)
-            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "add" and isinstance(a.b, IntImm):
-                return _simplify_node(BinaryOp("add", a.a, IntImm(a.b.value - b.value, n.dtype), n.dtype))
-        elif op == "mul":
-            if is_const(a, 1): return b
-            if is_const(b, 1): return a
-            if not is_float(n.dtype) and (is_const(a, 0) or is_const(b, 0)):
-                return IntImm(0, n.dtype)
-            if isinstance(b, IntImm) and isinstance(a, BinaryOp) and a.op == "mul" and isinstance(a.b, IntImm):
-                return BinaryOp("mul", a.a, IntImm(a.b.value * b.value, n.dtype), n.dtype)
-        elif op in ("floordiv", "div"):
-            if is_const(b, 1): return a
-            if op == "floordiv" and is_const(a, 0): return a
-        elif op == "floormod":
-            if is_const(b, 1): return IntImm(0, n.dtype)
-            if is_const(a, 0): return a
-        elif op in ("min", "max") and a is b:
-            return a
-        return n
+    if op == "add":
+        if a_const and a.value == 0: return b
+        if b_const and b.value == 0: return a
+        # (x + c1) + c2 -> x + (c1 + c2)
+        if tb is IntImm and ta is BinaryOp and a.op == "add" and type(a.b) is IntImm:
+            return _simplify_binary(BinaryOp("add", a.a, IntImm(a.b.value + b.value, n.dtype), n.dtype))
+    elif op == "mul":
+        if a_const and a.value == 1: return b
+        if b_const and b.value == 1: return a
+        if not is_float(n.dtype) and ((a_const and a.value == 0) or (b_const and b.value == 0)):
+            return IntImm(0, n.dtype)
+        if tb is IntImm and ta is BinaryOp and a.op == "mul" and type(a.b) is IntImm:
+            return BinaryOp("mul", a.a, IntImm(a.b.value * b.value, n.dtype), n.dtype)
+    elif op == "sub":
+        if b_const and b.value == 0: return a
+        if a is b and not is_float(n.dtype): return IntImm(0, n.dtype)
+        if tb is IntImm and ta is BinaryOp and a.op == "add" and type(a.b) is IntImm:
+            return _simplify_binary(BinaryOp("add", a.a, IntImm(a.b.value - b.value, n.dtype), n.dtype))
+    elif op == "floordiv" or op == "div":
+        if b_const and b.value == 1: return a
+        if op == "floordiv" and a_const and a.value == 0: return a
+    elif op == "floormod":
+        if b_const and b.value == 1: return IntImm(0, n.dtype)
+        if a_const and a.value == 0: return a
+    elif (op == "min" or op == "max") and a is b:
+        return a
+    return n
+
+
+def _simplify_node(n: Expr) -> Expr:
+    if type(n) is BinaryOp:  # the common case, by exact class
+        return _simplify_binary(n)
+    if isinstance(n, BinaryOp):
+        return _simplify_binary(n)
     if isinstance(n, CmpOp):
         if isinstance(n.a, (IntImm, FloatImm)) and isinstance(n.b, (IntImm, FloatImm)):
             return IntImm(int(_cmp_fold(n.op, n.a.value, n.b.value)), "bool")
@@ -131,32 +147,52 @@ def _simplify_node(n: Expr) -> Expr:
     return n
 
 
+_LEAF_TYPES = frozenset((IntImm, FloatImm, Var))
+
+
 def simplify(e: Expr) -> Expr:
     """Fold constants and drop identities (``x*1``, ``x+0``, ``floordiv(x, 1)``...)."""
-    def fn(node: Expr):
-        kids = children(node)
-        if not kids:
+    t = type(e)
+    if t is IntImm or t is Var or t is FloatImm:  # a leaf has nothing to fold
+        return e
+    memo: dict[int, Expr] = {}  # id(node) -> its simplified form (a node shared in e: once)
+
+    def go(node: Any) -> Expr:  # Any: dispatched on its exact class
+        t = type(node)
+        if t in _LEAF_TYPES:
             return node
-        new = tuple(simplify_cached(k) for k in kids)
-        rebuilt = node if all(a is b for a, b in zip(new, kids)) else rebuild(node, new)
-        return _simplify_node(rebuilt)
-
-    memo: dict[int, Expr] = {}
-
-    def simplify_cached(node: Expr) -> Expr:
         key = id(node)
-        if key not in memo:
-            memo[key] = fn(node)
-        return memo[key]
+        out = memo.get(key)  # never None: a memo value is an Expr
+        if out is not None:
+            return out
+        if t is BinaryOp:  # the common interior node, inline (and its leaf children)
+            a, b = node.a, node.b
+            na = a if type(a) in _LEAF_TYPES else go(a)
+            nb = b if type(b) in _LEAF_TYPES else go(b)
+            out = _simplify_binary(node if na is a and nb is b else BinaryOp(node.op, na, nb, node.dtype))
+        else:
+            kids = children(node)
+            if kids:
+                new = tuple([go(k) for k in kids])
+                out = _simplify_node(node if same_children(new, kids) else rebuild(node, new))
+            else:
+                out = node
+        memo[key] = out
+        return out
 
-    return simplify_cached(e)
+    return go(e)
 
 
 def const_value(e: Any) -> int | float | None:
     """The Python value of ``e`` if it simplifies to a constant, else ``None``."""
+    t = type(e)
+    if t is IntImm or t is FloatImm:  # the common cases, answered without simplifying
+        return e.value
+    if t is Var:
+        return None
     if isinstance(e, (int, float)):
         return e
-    if isinstance(e, (IntImm, FloatImm)):  # the common case, answered without simplifying
+    if isinstance(e, (IntImm, FloatImm)):
         return e.value
     if isinstance(e, (IterVar, Var)):
         return None
@@ -170,6 +206,12 @@ def const_value(e: Any) -> int | float | None:
 
 def ceildiv(a: Any, b: Any) -> Expr:
     """``ceil(a / b)`` for non-negative ints, folded at once when both are constants."""
+    if type(a) is IntImm:  # the common cases first, by exact class
+        tb = type(b)
+        if tb is IntImm:
+            return IntImm((a.value + b.value - 1) // b.value, a.dtype)
+        if tb is int:
+            return IntImm((a.value + b - 1) // b, a.dtype)
     if isinstance(a, IntImm) and isinstance(b, (IntImm, int)):
         bv = b.value if isinstance(b, IntImm) else b
         return IntImm((a.value + bv - 1) // bv, a.dtype)

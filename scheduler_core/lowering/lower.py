@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from scheduler_core.arith.int_set import Interval, interval, union
 from scheduler_core.arith.linear_form import canonical, const_diff
+from scheduler_core.arith.linear_memo import LinearForms
 from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import LoweringError
 from scheduler_core.dag.tensor import ScanOp, Tensor
@@ -50,7 +51,17 @@ class BufferInfo:
     offsets: tuple  # per dim, Expr (0 for whole tensors)
     strides: tuple  # per dim, Expr
 
-    def flat_index(self, indices) -> Expr:
+    def flat_index(self, indices, forms: LinearForms | None = None) -> Expr:
+        """The element index ``canonical(sum((i - offset) * stride))`` of ``indices``.
+
+        forms: the linear forms of a lowering (:class:`LinearForms`); with them the sum is
+        added up on the (remembered) linear forms of its parts instead of being built,
+        simplified and read back, which gives the same expression.
+        """
+        if forms is not None:
+            fast = forms.flat_index(indices, self.offsets, self.strides)
+            if fast is not None:
+                return fast
         out: Expr = IntImm(0)
         for i, o, s in zip(indices, self.offsets, self.strides):
             term = as_expr(i) if const_of(o) == 0 else as_expr(i) - o
@@ -58,7 +69,40 @@ class BufferInfo:
         return canonical(simplify(out))
 
 
+def _const_dims(shape) -> list | None:
+    """``[(value, dtype)]`` of a shape of int32/int64 constants (a Python int is int32), else None."""
+    out = []
+    for s in shape:
+        if type(s) is int:
+            out.append((s, "int32"))
+        elif type(s) is IntImm and s.dtype in ("int32", "int64"):
+            out.append((s.value, s.dtype))
+        else:
+            return None
+    return out
+
+
 def _row_major(shape, align=()) -> tuple:
+    dims = _const_dims(shape)
+    if dims is not None:
+        # The constant case on Python ints: what simplify folds below (a product takes the
+        # wider dtype of its factors), with no expression built and folded per dimension.
+        out: list = [None] * len(shape)
+        aligned = {a: (f, o) for a, f, o in align}
+        n, dtype = 1, "int32"
+        for d in range(len(shape) - 1, -1, -1):
+            if d in aligned:
+                f, o = aligned[d]
+                while n % f != o:
+                    n += 1
+                dtype = "int32"
+            out[d] = IntImm(n, dtype)
+            n *= dims[d][0]
+            dtype = "int64" if "int64" in (dtype, dims[d][1]) else "int32"
+            if n.bit_length() > 64:
+                break  # beyond any index type: left to simplify below
+        else:
+            return tuple(out)
     strides: list[Expr] = [IntImm(1)] * len(shape)
     acc: Expr = IntImm(1)
     aligned = {a: (f, o) for a, f, o in align}
@@ -104,6 +148,7 @@ class _Plan:
         self.buffers: dict = {}  # tensor key -> BufferInfo
         self.allocs_root: list = []
         self.allocs_at: dict = {}  # stage id -> [BufferInfo] to allocate at its attach point
+        self.forms = LinearForms()  # the linear forms of index expressions, for flat indices
         self._bind_args()
         for k in range(self.n - 1, -1, -1):
             if self.where[k] in ("placeholder", "inlined"):
@@ -222,6 +267,15 @@ class _Plan:
             hit = memo[(k, out)] = self.inline(self.stages[k].op.bodies[out])
         return hit
 
+    def loads_of(self, k: int) -> list:
+        """The tensor reads of stage ``k``'s inlined bodies (found once per plan: bound
+        inference asks for the reads of every consumer of every attached stage)."""
+        memo = self.__dict__.setdefault("_reads", {})
+        hit = memo.get(k)
+        if hit is None:
+            hit = memo[k] = [n for b in self.bodies_of(k) for n in _loads(b)]
+        return hit
+
     def bodies_of(self, k: int) -> tuple:
         """The bodies of every output of stage ``k`` (one for most ops), inlined."""
         return tuple(self.body_of(k, i) for i in range(self.stages[k].op.num_outputs))
@@ -313,7 +367,7 @@ class _Plan:
                 continue
             if isinstance(self.stages[c].op, ScanOp):
                 continue
-            loads = [n for b in self.bodies_of(c) for n in _loads(b) if n.tensor.op is op]
+            loads = [n for n in self.loads_of(c) if n.tensor.op is op]
             if not loads:
                 continue
             if c not in inside:
@@ -328,8 +382,8 @@ class _Plan:
                     # index over the consumer's root axes kept inside its region by its
                     # guards (TVM's PassUpDomain: a non-divisible split of a consumer
                     # axis still covers only that axis's range).  Their intersection is too.
-                    reads[d].append(_intersect(interval(substitute(idx, sub), env),
-                                               interval(idx, {**env, **ranges})))
+                    reads[d].append(_intersect(self.forms.interval(substitute(idx, sub), env),
+                                               self.forms.interval(idx, {**env, **ranges}), self.forms))
         full = self.full_region(k)
         region = []
         for d, rs in enumerate(reads):
@@ -355,9 +409,9 @@ class _Plan:
         out = {}
         for iv in st.root:
             r = dom.get(iv.var.name)
-            lo = None if r is None else interval(r.lo, env)
+            lo = None if r is None else self.forms.interval(r.lo, env)
             within = None if lo is None or r is None else _add_extent(lo, r.extent)
-            out[iv.var] = _intersect(interval(self.root_vals[c][iv.var.name], env), within)
+            out[iv.var] = _intersect(self.forms.interval(self.root_vals[c][iv.var.name], env), within, self.forms)
             if out[iv.var] is None:
                 del out[iv.var]
         return out
@@ -386,10 +440,10 @@ class _Plan:
         # A loop of one trip contributes 0 to every index: no loop variable is needed.
         values = {name: (IntImm(0) if const_of(ext[name]) == 1 else var)
                   for name, var in self.leaf_vars[k].items()}
-        vals, guards = root_values_with_guards(st, values, root_ext)
+        vals, guards = root_values_with_guards(st, values, root_ext, extents=ext)
         out = {}
         for iv, r in zip(spatial, region):
-            out[iv.var.name] = canonical(r.lo + vals[iv.var.name])
+            out[iv.var.name] = self.forms.canonical_add(r.lo, vals[iv.var.name])
         for iv in st.root:
             if iv.kind == "reduce":
                 out[iv.var.name] = simplify(as_expr(iv.dom_min) + vals[iv.var.name])
@@ -415,19 +469,31 @@ class _Plan:
         cached = getattr(self, "_range_env", None)
         if cached is not None and len(cached[1]) == len(self.leaf_vars):
             return cached[0]
-        env = {}
+        # a new dict (a caller may hold the previous one), with the ranges made before reused
+        env = {} if cached is None else dict(cached[0])
+        done = set() if cached is None else cached[1]
         for kk, vars_ in self.leaf_vars.items():
+            if kk in done:
+                continue
             for name, var in vars_.items():
                 env[var] = Interval(IntImm(0), self.leaf_ext[kk][name])
-        self._range_env = (env, dict(self.leaf_vars))
+        self._range_env = (env, set(self.leaf_vars))
         return env
 
     def _provably_in(self, v: Expr, extent: Expr) -> bool:
-        r = interval(v, self.range_env())
+        e = const_of(extent)
+        if not isinstance(e, int):
+            return False
+        env = self.range_env()
+        fast = self.forms.walk_interval(v, env)
+        if fast is not None:  # interval(v, env) is (from_linear(terms, c), ext): const iff no terms
+            terms, lo, ext = fast
+            return not terms and lo >= 0 and lo + ext <= e
+        r = interval(v, env)
         if r is None:
             return False
-        lo, ext, e = const_of(r.lo), r.const_extent, const_of(extent)
-        return isinstance(lo, int) and ext is not None and isinstance(e, int) and lo >= 0 and lo + ext <= e
+        lo, ext = const_of(r.lo), r.const_extent
+        return isinstance(lo, int) and ext is not None and lo >= 0 and lo + ext <= e
 
     # -- buffers -----------------------------------------------------------
     def _assign_buffer(self, k: int):
@@ -467,11 +533,12 @@ def _add_extent(x: Interval, extent: Expr) -> Interval | None:
     return Interval(x.lo, IntImm(x.const_extent + e - 1))
 
 
-def _intersect(a: Interval | None, b: Interval | None) -> Interval | None:
-    """An interval holding ``a & b`` where both hold the same set (either when not comparable)."""
+def _intersect(a: Interval | None, b: Interval | None, forms: LinearForms | None = None) -> Interval | None:
+    """An interval holding ``a & b`` where both hold the same set (either when not comparable);
+    ``forms``: the linear forms of the lowering, for the difference of the low ends."""
     if a is None or b is None:
         return b if a is None else a
-    d = const_diff(b.lo, a.lo)
+    d = const_diff(b.lo, a.lo) if forms is None else forms.const_diff(b.lo, a.lo)
     ea, eb = a.const_extent, b.const_extent
     if d is None or ea is None or eb is None:
         return b if ea is None and eb is not None else a
@@ -500,6 +567,11 @@ def lower_state(state: State, args: list | None = None, name: str = "main") -> T
 # States and PrimFuncs are immutable, so the search's validity check, feature
 # extraction and build can share one lowering of the same State object.
 _LOWERED: BoundedCache[tuple, T.PrimFunc] = BoundedCache(2048)
+
+
+def is_lowered(state: State) -> bool:
+    """Whether ``lower_state(state)`` (default args and name) is cached in this process."""
+    return _LOWERED.get((id(state), None, "main"), keep=(state,)) is not None
 
 
 def _lower_state_uncached(state: State, args, name: str) -> T.PrimFunc:

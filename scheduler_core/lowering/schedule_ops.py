@@ -60,16 +60,31 @@ def vars_of(e) -> list:
     return [n for n in walk(as_expr(e)) if isinstance(n, Var)]
 
 
+def _has_load(e: Expr) -> bool:
+    return any(type(n) is TensorLoad for n in walk(e))
+
+
+def _has_nested_load(e: Expr) -> bool:
+    """Whether a tensor read in ``e`` has a tensor read in its indices."""
+    return any(type(n) is TensorLoad and any(_has_load(i) for i in n.indices) for n in walk(e))
+
+
 class StmtEmitter:
     """Builds loop nests from a plan (``lower._Plan``: stages, where each is computed, their
     buffers, leaf loop variables and extents, guards, attached children)."""
 
     def __init__(self, plan: Any):
         self.p = plan
+        self._tidy: tuple = (None, {}, {})  # range env, and the memos of _tidy_memo for it
+        self._root_reads: dict = {}  # stage id -> whether its root values read a tensor
+        self._pragmas: dict = {}  # stage id -> its pragma_dict()
 
     def lower_expr(self, e: Expr, k: int) -> Expr:
         """Stage ``k``'s expression with root vars bound and tensor reads as buffer loads."""
         p = self.p
+        # Reads inside the indices of reads (a gather) come from e itself or from the root
+        # values put in for its root vars; without any, the indices have nothing to rewrite.
+        nested = _has_nested_load(e) or self._root_loads(k)
         e = substitute(e, p.root_sub(k))
 
         def fn(n):
@@ -77,30 +92,73 @@ class StmtEmitter:
                 info = p.buffers.get(tensor_key(n.tensor))
                 if info is None:
                     raise LoweringError(f"no buffer for tensor {n.tensor.name}; is it an argument?")
-                idx = tuple(self.lower_expr_plain(i) for i in n.indices)
-                return BufferLoad(info.buffer, self.tidy(info.flat_index(idx)), n.dtype)
+                idx = tuple(self.lower_expr_plain(i) for i in n.indices) if nested else n.indices
+                return BufferLoad(info.buffer, self.tidy_flat(info.flat_index(idx, p.forms)), n.dtype)
             return None
         return self.tidy(simplify(transform(e, fn)))
 
     def tidy(self, e: Expr) -> Expr:
         """Drop floordiv/floormod that the loop bounds make trivial (``floordiv(j0*16 + j1, 16)``)."""
-        return simplify_divmod(e, self.p.range_env())
+        return simplify_divmod(e, self.p.range_env(), memo=self._tidy_memo()[0])
+
+    def _tidy_memo(self) -> tuple:
+        """simplify_divmod's memo (``id -> (node, result)``) and ``id(atom) -> (atom, whether
+        tidy leaves it as it is)``, for the current range env: the index expressions of a
+        lowering share their atoms (``floormod(i.0.j.0, 16)``...), rewritten once for all."""
+        env = self.p.range_env()
+        if self._tidy[0] is not env:
+            self._tidy = (env, {}, {})
+        return self._tidy[1:]
+
+    def tidy_flat(self, flat: Expr) -> Expr:
+        """``tidy(flat)`` of a flat index made by ``BufferInfo.flat_index``.
+
+        Only a floordiv/floormod node changes in ``tidy``; in a linear form (a sum of
+        ``atom*coef``) those are inside the atoms, so when ``tidy`` leaves every atom as it
+        is it leaves the sum as it is, which is then noted in its memo for the ``tidy`` of
+        the whole expression around it.
+        """
+        form = self.p.forms.known(flat)
+        if form is None:
+            return self.tidy(flat)
+        memo, fixed = self._tidy_memo()
+        for atom, _ in form[0].values():
+            if type(atom) is Var:
+                continue
+            hit = fixed.get(id(atom))
+            if hit is None or hit[0] is not atom:
+                hit = fixed[id(atom)] = (atom, self.tidy(atom) is atom)
+            if not hit[1]:
+                return self.tidy(flat)
+        memo[id(flat)] = (flat, flat)
+        return flat
+
+    def _root_loads(self, k: int) -> bool:
+        """Whether a root value of stage ``k`` reads a tensor (remembered per stage)."""
+        hit = self._root_reads.get(k)
+        if hit is None:
+            hit = self._root_reads[k] = any(_has_load(v) for v in self.p.root_sub(k).values())
+        return hit
 
     def lower_expr_plain(self, e: Expr) -> Expr:
+        """``e`` with tensor reads as buffer loads (not tidied): an index of a read."""
         p = self.p
 
         def fn(n):
             if isinstance(n, TensorLoad):
                 info = p.buffers[tensor_key(n.tensor)]
                 idx = tuple(self.lower_expr_plain(i) for i in n.indices)
-                return BufferLoad(info.buffer, info.flat_index(idx), n.dtype)
+                return BufferLoad(info.buffer, info.flat_index(idx, p.forms), n.dtype)
             return None
         return transform(e, fn)
 
     def _loop(self, k: int, it, body: T.Stmt) -> T.Stmt:
         p = self.p
         st = p.stages[k]
-        prag = st.pragma_dict().get(it.name, {})
+        pragmas = self._pragmas.get(k)
+        if pragmas is None:
+            pragmas = self._pragmas[k] = st.pragma_dict()
+        prag = pragmas.get(it.name, {})
         ann = {"auto_unroll_max_step": prag["auto_unroll_max_step"]} if "auto_unroll_max_step" in prag else {}
         kind = _KIND.get(it.annotation, it.annotation)
         var, ext = p.leaf_vars[k][it.name], p.leaf_ext[k][it.name]
@@ -153,7 +211,7 @@ class StmtEmitter:
         outs = []
         for i in range(st.op.num_outputs):
             info = p.buffers[tensor_key(st.op.output(i))]
-            outs.append((info, self.tidy(info.flat_index(idx)), p.body_of(k, i)))
+            outs.append((info, self.tidy_flat(info.flat_index(idx, p.forms)), p.body_of(k, i)))
         guards = [simplify(substitute(g, {})) for g in p.guards[k]]
         if not isinstance(outs[0][2], Reduce):
             stores = [T.Store(info.buffer, flat, self.lower_expr(body, k)) for info, flat, body in outs]

@@ -54,7 +54,7 @@ STARTUP_TIMEOUT_S = 120.0   # a child must import and say "ready" within this ma
 MAX_START_FAILURES = 3      # children that die while starting, in a row, before giving up
 STDERR_TAIL_CHARS = 2000    # how much of a dead child's stderr goes into the error text
 ORPHAN_POLL_S = 1.0         # how often a child checks that its parent still lives
-_ALLOWED_PREFIX = "scheduler_core."
+_ALLOWED_PREFIXES = ("scheduler_core.", "cost_model.")  # the packages whose functions a child runs
 SECRET_ENV_NAMES = ("REDIS_URL", "AUTOSCHED_API_TOKEN")   # never passed to a child
 SECRET_ENV_WORDS = ("TOKEN", "PASSWORD", "SECRET", "KEY")  # nor any variable whose name holds one
 LIMITS_ENV = "AUTOSCHED_WORKER_LIMITS"  # how a child learns its WorkerLimits (JSON)
@@ -332,8 +332,9 @@ def _kill_all(workers: list) -> None:
 
 def _check_func_name(func: str) -> None:
     module, sep, name = func.partition(":")
-    if not sep or not name or not module.startswith(_ALLOWED_PREFIX):
-        raise ValueError(f"worker functions are named 'scheduler_core.<module>:<function>', got {func!r}")
+    if not sep or not name or not module.startswith(_ALLOWED_PREFIXES):
+        raise ValueError(f"worker functions are named 'scheduler_core.<module>:<function>' "
+                         f"or 'cost_model.<module>:<function>', got {func!r}")
 
 
 # ---------------------------------------------------------------------------

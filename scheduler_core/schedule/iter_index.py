@@ -82,16 +82,20 @@ def _needs_guard(parent_ext: Expr, child_exts: list) -> bool:
 
 
 def root_values_with_guards(stage: Stage, leaf_vals: dict, root_extents: dict | None = None,
-                            reduce_only: bool = False):
+                            reduce_only: bool = False, extents: dict | None = None):
     """Root axis name -> value Expr of the leaf loop vars, and a list of guard Exprs.
 
     leaf_vals: iterator name -> Expr (usually the loop Var) for every leaf.
     root_extents: root name -> extent (defaults to the op's full domain).
     reduce_only: only follow relations among reduce iterators.
+    extents: ``leaf_extents(stage, root_extents)`` when the caller has it (not changed).
     """
-    if root_extents is None:
-        root_extents = {iv.var.name: simplify(as_expr(iv.dom_extent)) for iv in stage.root}
-    ext = leaf_extents(stage, root_extents)
+    if extents is not None:
+        ext = extents
+    else:
+        if root_extents is None:
+            root_extents = {iv.var.name: simplify(as_expr(iv.dom_extent)) for iv in stage.root}
+        ext = leaf_extents(stage, root_extents)
     vals = dict(leaf_vals)
     guards = []
     for rel in reversed(stage.relations):

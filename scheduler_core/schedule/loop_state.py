@@ -18,10 +18,12 @@ new values) after.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import ScheduleError, check
+from scheduler_core.base.frozen import evolve, fast_init
 from scheduler_core.dag.compute_dag import register_init_state
 from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, ScanOp
 from scheduler_core.ir.expr import Expr, IntImm, IterVar, as_expr, expr_str
@@ -39,6 +41,10 @@ ANNOTATIONS = (
 ANNOTATION_CODE = {name: k for k, name in enumerate(ANNOTATIONS)}
 
 
+# The classes below are built in the hundreds of thousands per search round (every step of
+# every replay makes a new State and Stage): ``fast_init`` gives them expr.py's cheaper
+# ``__init__`` (same signature and defaults, the fields stored straight into ``__dict__``).
+@fast_init
 @dataclass(frozen=True)
 class Iterator:
     """One loop of a stage.
@@ -61,6 +67,7 @@ class Iterator:
         return v if isinstance(v, int) else None
 
 
+@fast_init
 @dataclass(frozen=True)
 class SplitRel:
     """``parent`` was split into ``children`` (outer to inner).
@@ -76,6 +83,7 @@ class SplitRel:
     inner_to_outer: bool
 
 
+@fast_init
 @dataclass(frozen=True)
 class FuseRel:
     """``children`` (outer to inner) were fused into ``fused``."""
@@ -84,6 +92,7 @@ class FuseRel:
     fused: str
 
 
+@fast_init
 @dataclass(frozen=True)
 class Stage:
     """One operation and its loop structure.
@@ -158,6 +167,7 @@ def make_stage(op, origin_op=None) -> Stage:
     return Stage(op, iters, roots, origin_op=origin_op if origin_op is not None else op)
 
 
+@fast_init
 @dataclass(frozen=True)
 class State:
     """A schedule: stages in topological order plus the transform-step history.
@@ -173,7 +183,12 @@ class State:
 
     @staticmethod
     def from_dag(dag) -> State:
-        return State(dag, tuple(make_stage(op) for op in dag.ops))
+        # A new State each call; its stages (immutable) come from a cache keyed by the DAG's
+        # identity and kept with its ``ops`` tuple: every replay starts here.
+        stages = _INITIAL_STAGES.get(id(dag), keep=(dag, dag.ops))
+        if stages is None:
+            stages = _INITIAL_STAGES.put(id(dag), tuple(make_stage(op) for op in dag.ops), keep=(dag, dag.ops))
+        return State(dag, stages)
 
     # -- queries -----------------------------------------------------------
     def stage_index(self, key) -> int:
@@ -204,42 +219,76 @@ class State:
 
     def consumers(self, stage_id: int) -> list:
         """Indices of non-placeholder stages whose op reads the output(s) of ``stage_id``."""
-        op = self.stages[stage_id].op
-        out = []
-        for k, st in enumerate(self.stages):
-            if any(t.op is op for t in st.op.input_tensors()):
-                out.append(k)
-        return out
+        key = id(self.stages[stage_id].op)
+        return [k for k, ids in enumerate(_stage_reads(self.stages)) if key in ids]
 
     def __str__(self) -> str:
         return state_str(self)
 
     # -- mutations (return new states) ---------------------------------------
+    # (built with the constructor or :func:`evolve`, not ``dataclasses.replace``: the search
+    # makes hundreds of thousands of these per round and ``replace`` costs several times more)
     def with_stage(self, stage_id: int, stage: Stage) -> State:
-        stages = list(self.stages)
-        stages[stage_id] = stage
-        return replace(self, stages=tuple(stages))
+        stages = self.stages
+        return State(self.dag, stages[:stage_id] + (stage,) + stages[stage_id + 1:], self.transform_steps)
 
     def with_step(self, step) -> State:
-        return replace(self, transform_steps=self.transform_steps + (step,))
+        return State(self.dag, self.stages, self.transform_steps + (step,))
 
     def insert_stage(self, pos: int, stage: Stage) -> State:
         """Insert ``stage`` at ``pos``, renumbering attach targets at or after it."""
         stages = []
         for st in self.stages:
             if st.compute_at == "iter" and st.attach[0] >= pos:
-                st = replace(st, attach=(st.attach[0] + 1, st.attach[1]))
+                st = evolve(st, attach=(st.attach[0] + 1, st.attach[1]))
             stages.append(st)
         stages.insert(pos, stage)
-        return replace(self, stages=tuple(stages))
+        return State(self.dag, tuple(stages), self.transform_steps)
 
     def retarget_attach(self, stage_id: int, old_names: tuple, new_name: str) -> State:
         """Stages attached at ``stage_id``'s iterators ``old_names`` move to ``new_name``."""
-        stages = list(self.stages)
-        for k, st in enumerate(stages):
+        stages = None
+        for k, st in enumerate(self.stages):
             if st.compute_at == "iter" and st.attach[0] == stage_id and st.attach[1] in old_names:
-                stages[k] = replace(st, attach=(stage_id, new_name))
-        return replace(self, stages=tuple(stages))
+                if stages is None:
+                    stages = list(self.stages)
+                stages[k] = evolve(st, attach=(stage_id, new_name))
+        # nothing attached there: the same stages, in a new State as before
+        return State(self.dag, self.stages if stages is None else tuple(stages), self.transform_steps)
+
+
+# id(op) -> the ids of the ops whose outputs ``op`` reads (``op.input_tensors()`` walks its
+# body on every call; ``consumers`` asks it of every stage, many times per replayed step).
+# An op is immutable, and the entry keeps it (so its id is not reused while the entry
+# lives); the ops it reads are kept alive by it.
+_INPUT_OPS_MAX = 4096
+_INPUT_OPS: BoundedCache[int, frozenset] = BoundedCache(_INPUT_OPS_MAX)
+
+
+def _input_op_ids(op) -> frozenset:
+    ids = _INPUT_OPS.get(id(op), keep=(op,))
+    if ids is None:
+        ids = _INPUT_OPS.put(id(op), frozenset(id(t.op) for t in op.input_tensors()), keep=(op,))
+    return ids
+
+
+# id(stages tuple) -> ``_input_op_ids`` of each stage's op: one lookup per ``consumers`` call
+# instead of one per stage (a compute_at step and the compute-location check ask it of the
+# same stages many times).  The tuple is immutable and kept by the entry.
+_STAGE_READS_MAX = 256
+_STAGE_READS: BoundedCache[int, tuple] = BoundedCache(_STAGE_READS_MAX)
+
+
+def _stage_reads(stages: tuple) -> tuple:
+    reads = _STAGE_READS.get(id(stages), keep=(stages,))
+    if reads is None:
+        reads = _STAGE_READS.put(id(stages), tuple(_input_op_ids(st.op) for st in stages), keep=(stages,))
+    return reads
+
+
+# id(dag) -> the stages of ``State.from_dag(dag)`` (kept with the dag and its ops tuple).
+_INITIAL_STAGES_MAX = 64
+_INITIAL_STAGES: BoundedCache[int, tuple] = BoundedCache(_INITIAL_STAGES_MAX)
 
 
 def scan_body_stages(state: State) -> dict:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scheduler_core.base.bounded_cache import BoundedCache
 from scheduler_core.base.errors import LoweringError, ScheduleError, check
+from scheduler_core.dag.tensor import PlaceholderOp
 from scheduler_core.ir.expr import IntImm, as_expr
 from scheduler_core.ir.simplify import simplify
 
@@ -28,6 +29,7 @@ from .loop_state import (
     Iterator,
     SplitRel,
     State,
+    evolve,
     scan_body_stages,
 )
 
@@ -40,11 +42,34 @@ def _stage_iter(state: State, stage_id: int, iter_id: int):
     # An inlined stage keeps its loops, as in TVM's State: steps on them (or a stage
     # computed at one of them) take effect once a later compute_root brings it back;
     # lowering refuses a final state that still computes a stage at an inlined one.
-    check(0 <= stage_id < len(state.stages), f"stage index {stage_id} out of range")
+    # (``if not ...: raise`` rather than ``check``: the messages are formatted only on
+    # failure, and this runs for most steps of every replay.)
+    if not 0 <= stage_id < len(state.stages):
+        raise ScheduleError(f"stage index {stage_id} out of range")
     st = state.stages[stage_id]
-    check(st.op_type != "placeholder", f"stage {st.name} is a placeholder and has no loops")
-    check(0 <= iter_id < len(st.iters), f"stage {st.name} has no iterator #{iter_id}")
+    if isinstance(st.op, PlaceholderOp):  # st.op_type == "placeholder"
+        raise ScheduleError(f"stage {st.name} is a placeholder and has no loops")
+    if not 0 <= iter_id < len(st.iters):
+        raise ScheduleError(f"stage {st.name} has no iterator #{iter_id}")
     return st, st.iters[iter_id]
+
+
+# (extent value, extent dtype, lengths, inner_to_outer) -> split_child_extents of a split of a
+# constant extent: a pure function of these (the pieces are new IntImms, never the parent's
+# extent itself; Exprs are immutable, so states may share them).  Only exact ints and
+# IntImms are cached, so that equal-but-different keys (True and 1) cannot meet.
+_SPLIT_EXTENTS_MAX = 4096
+_SPLIT_EXTENTS: BoundedCache[tuple, tuple] = BoundedCache(_SPLIT_EXTENTS_MAX)
+
+
+def _split_extents(rel: SplitRel, extent) -> tuple:
+    if type(extent) is IntImm and type(extent.value) is int and all(type(ln) is int for ln in rel.lengths):
+        key = (extent.value, extent.dtype, rel.lengths, rel.inner_to_outer)
+        out = _SPLIT_EXTENTS.get(key)
+        if out is None:
+            out = _SPLIT_EXTENTS.put(key, tuple(split_child_extents(rel, extent)))
+        return out
+    return tuple(split_child_extents(rel, extent))
 
 
 def split_iterator(state: State, stage_id: int, iter_id: int, lengths: tuple,
@@ -53,27 +78,27 @@ def split_iterator(state: State, stage_id: int, iter_id: int, lengths: tuple,
     st, it = _stage_iter(state, stage_id, iter_id)
     check(len(lengths) >= 1, "split needs at least one length")
     for ln in lengths:
-        check(ln is None or (isinstance(ln, int) and ln >= 1),
-              f"split lengths must be positive integers, got {lengths}")
+        if not (ln is None or (isinstance(ln, int) and ln >= 1)):
+            raise ScheduleError(f"split lengths must be positive integers, got {lengths}")
     names = tuple(f"{it.name}.{k}" for k in range(len(lengths) + 1))
     rel = SplitRel(it.name, names, tuple(lengths), inner_to_outer)
-    if it.extent is not None and all(ln is not None for ln in lengths):
+    if it.extent is not None and None not in lengths:
         # The trip counts lowering uses (tightened to the parent's extent).
-        extents = tuple(split_child_extents(rel, it.extent))
+        extents = _split_extents(rel, it.extent)
     elif inner_to_outer:
         extents = (None,) + tuple(None if ln is None else IntImm(ln) for ln in lengths)
     else:
         extents = tuple(None if ln is None else IntImm(ln) for ln in lengths) + (None,)
-    taken = {i.name for i in st.iters}
-    check(not (set(names) & taken), f"split of {it.name} would reuse iterator names")
-    new_iters = tuple(Iterator(n, e, it.kind) for n, e in zip(names, extents))
+    if not set(names).isdisjoint([i.name for i in st.iters]):
+        raise ScheduleError(f"split of {it.name} would reuse iterator names")
+    new_iters = tuple(map(Iterator, names, extents, (it.kind,) * len(names)))
     iters = st.iters[:iter_id] + new_iters + st.iters[iter_id + 1:]
-    st = replace(st, iters=iters, relations=st.relations + (rel,))
+    st = evolve(st, iters=iters, relations=st.relations + (rel,))
     # Pragmas on the split iterator move to the outermost piece.
-    prag = st.pragma_dict()
-    if it.name in prag:
+    if st.pragmas and any(name == it.name for name, _ in st.pragmas):
+        prag = st.pragma_dict()
         prag[names[0]] = prag.pop(it.name)
-        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+        st = evolve(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
     state = state.with_stage(stage_id, st)
     return state.retarget_attach(stage_id, (it.name,), names[-1])
 
@@ -182,12 +207,14 @@ class FuseStep:
         check(len(self.iter_ids) >= 1, "fuse needs at least one iterator")
         st, _ = _stage_iter(state, self.stage_id, self.iter_ids[0])
         ids = list(self.iter_ids)
-        check(ids == list(range(ids[0], ids[0] + len(ids))),
-              f"fuse needs consecutive iterators in order, got {ids}")
-        check(ids[-1] < len(st.iters), f"stage {st.name} has no iterator #{ids[-1]}")
+        if ids != list(range(ids[0], ids[0] + len(ids))):
+            raise ScheduleError(f"fuse needs consecutive iterators in order, got {ids}")
+        if not ids[-1] < len(st.iters):
+            raise ScheduleError(f"stage {st.name} has no iterator #{ids[-1]}")
         its = [st.iters[k] for k in ids]
         kinds = {it.kind for it in its}
-        check(len(kinds) == 1, f"cannot fuse spatial with reduce iterators in {st.name}")
+        if len(kinds) != 1:
+            raise ScheduleError(f"cannot fuse spatial with reduce iterators in {st.name}")
         if len(its) == 1:
             return state.with_step(self)
         name = "@".join(it.name for it in its) + "@"
@@ -197,14 +224,14 @@ class FuseStep:
         fused = Iterator(name, ext, its[0].kind, "none" if len(ann) > 1 else its[0].annotation)
         iters = st.iters[: ids[0]] + (fused,) + st.iters[ids[-1] + 1:]
         rel = FuseRel(tuple(it.name for it in its), name)
-        st = replace(st, iters=iters, relations=st.relations + (rel,))
         prag = st.pragma_dict()
         merged = {}
         for it in its:
             merged.update(prag.pop(it.name, {}))
         if merged:
             prag[name] = merged
-        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+        st = evolve(st, iters=iters, relations=st.relations + (rel,),
+                     pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
         state = state.with_stage(self.stage_id, st)
         return state.retarget_attach(self.stage_id, tuple(it.name for it in its), name).with_step(self)
 
@@ -227,10 +254,11 @@ class ReorderStep:
 
     def apply(self, state: State) -> State:
         st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
-        check(sorted(self.after_ids) == list(range(len(st.iters))),
-              f"reorder of {st.name} needs a permutation of 0..{len(st.iters) - 1}, got {list(self.after_ids)}")
+        if sorted(self.after_ids) != list(range(len(st.iters))):
+            raise ScheduleError(f"reorder of {st.name} needs a permutation of 0..{len(st.iters) - 1}, "
+                                f"got {list(self.after_ids)}")
         iters = tuple(st.iters[k] for k in self.after_ids)
-        return state.with_stage(self.stage_id, replace(st, iters=iters)).with_step(self)
+        return state.with_stage(self.stage_id, evolve(st, iters=iters)).with_step(self)
 
     def to_record(self) -> list:
         return ["RE", self.stage_id, list(self.after_ids)]
@@ -246,18 +274,19 @@ class AnnotationStep:
 
     def apply(self, state: State) -> State:
         st, it = _stage_iter(state, self.stage_id, self.iter_id)
-        check(self.annotation in ANNOTATIONS, f"unknown annotation {self.annotation!r}")
+        if self.annotation not in ANNOTATIONS:
+            raise ScheduleError(f"unknown annotation {self.annotation!r}")
         if self.annotation in ("parallel", "vectorize") or self.annotation.startswith(("block", "thread")):
-            check(it.kind != "reduce" or self.annotation == "vectorize" or self.annotation.startswith("thread"),
-                  f"cannot {self.annotation} the reduction iterator {it.name} of {st.name}")
-        if self.annotation == "parallel":
-            check(it.kind != "reduce", f"cannot parallelize reduction iterator {it.name}")
-        if self.annotation in ("parallel", "vectorize") or self.annotation.startswith(("block", "thread")):
-            check(it.kind != "scan", f"cannot {self.annotation} the scan time loop {it.name}: "
-                  "each step reads the previous one")
+            if not (it.kind != "reduce" or self.annotation == "vectorize" or self.annotation.startswith("thread")):
+                raise ScheduleError(f"cannot {self.annotation} the reduction iterator {it.name} of {st.name}")
+            if self.annotation == "parallel" and it.kind == "reduce":
+                raise ScheduleError(f"cannot parallelize reduction iterator {it.name}")
+            if it.kind == "scan":
+                raise ScheduleError(f"cannot {self.annotation} the scan time loop {it.name}: "
+                                    "each step reads the previous one")
         iters = list(st.iters)
-        iters[self.iter_id] = replace(it, annotation=self.annotation)
-        return state.with_stage(self.stage_id, replace(st, iters=tuple(iters))).with_step(self)
+        iters[self.iter_id] = evolve(it, annotation=self.annotation)
+        return state.with_stage(self.stage_id, evolve(st, iters=tuple(iters))).with_step(self)
 
     def to_record(self) -> list:
         return ["AN", self.stage_id, self.iter_id, ANNOTATION_CODE[self.annotation]]
@@ -285,7 +314,7 @@ class PragmaStep:
         key, val = self.parsed()
         prag = st.pragma_dict()
         prag.setdefault(it.name, {})[key] = val
-        st = replace(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
+        st = evolve(st, pragmas=tuple((k, tuple(v.items())) for k, v in prag.items()))
         return state.with_stage(self.stage_id, st).with_step(self)
 
     def to_record(self) -> list:
@@ -466,16 +495,17 @@ class ComputeAtStep:
 
     def apply(self, state: State) -> State:
         st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
-        check(st.op_type == "compute", f"only compute stages can be moved; {st.name} is a {st.op_type}")
+        if st.op_type != "compute":
+            raise ScheduleError(f"only compute stages can be moved; {st.name} is a {st.op_type}")
         tgt, it = _stage_iter(state, self.target_stage_id, self.target_iter_id)
         check(self.stage_id != self.target_stage_id, "a stage cannot be computed at itself")
-        check(not _is_scan_update(state, self.stage_id),
-              f"{st.name} is a scan update: it is computed in the scan's innermost time loop")
-        check(tgt.op_type != "scan" or self.target_iter_id == len(tgt.iters) - 1,
-              f"a stage computed at the scan {tgt.name} must be at its innermost time loop")
-        check(_reaches(state, self.stage_id, self.target_stage_id),
-              f"{st.name} is not read (directly or through other stages) by {tgt.name}")
-        st = replace(st, compute_at="iter", attach=(self.target_stage_id, it.name))
+        if _is_scan_update(state, self.stage_id):
+            raise ScheduleError(f"{st.name} is a scan update: it is computed in the scan's innermost time loop")
+        if not (tgt.op_type != "scan" or self.target_iter_id == len(tgt.iters) - 1):
+            raise ScheduleError(f"a stage computed at the scan {tgt.name} must be at its innermost time loop")
+        if not _reaches(state, self.stage_id, self.target_stage_id):
+            raise ScheduleError(f"{st.name} is not read (directly or through other stages) by {tgt.name}")
+        st = evolve(st, compute_at="iter", attach=(self.target_stage_id, it.name))
         return state.with_stage(self.stage_id, st).with_step(self)
 
     def to_record(self) -> list:
@@ -498,7 +528,7 @@ class ComputeRootStep:
     def apply(self, state: State) -> State:
         st = state[self.stage_id]  # State.stage_index raises ScheduleError out of range
         check(st.op_type == "compute", f"{st.name} is not a compute stage")
-        return state.with_stage(self.stage_id, replace(st, compute_at="root", attach=None)).with_step(self)
+        return state.with_stage(self.stage_id, evolve(st, compute_at="root", attach=None)).with_step(self)
 
     def to_record(self) -> list:
         return ["CR", self.stage_id]
@@ -519,7 +549,7 @@ class StorageAlignStep:
         check(it.name in names, f"storage_align needs a root axis; {it.name} is not one")
         check(self.factor >= 1 and 0 <= self.offset < self.factor, "storage_align needs 0 <= offset < factor")
         axis = names.index(it.name)
-        st = replace(st, storage_align=st.storage_align + ((axis, self.factor, self.offset),))
+        st = evolve(st, storage_align=st.storage_align + ((axis, self.factor, self.offset),))
         return state.with_stage(self.stage_id, st).with_step(self)
 
     def to_record(self) -> list:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from cost_model import LGBMModel
+from cost_model.feature import lowering_flags
 from scheduler_core.base.errors import LoweringError, ScheduleError
 from scheduler_core.measure.data import MeasureInput
 from scheduler_core.measure.record_file import load_records
@@ -179,7 +180,8 @@ class SketchPolicy:
             if not self.sketches:
                 raise ScheduleError(f"no sketch for {self.task}")
         self.enter_phase("initial population")
-        init = sample_init_population(self, self.sketches, p.population, self.rng)
+        init = sample_init_population(self, self.sketches, p.population, self.rng,
+                                      lowering_check=lambda states: lowering_flags(self.task, states))
         ratio = getattr(p, "sample_init_use_measured_ratio", 0.2)
         n_measured = min(len(self.measured_states), int(ratio * p.population))
         init = init + self.best_measured(n_measured)
