@@ -255,9 +255,11 @@ def get_per_store_features_from_states(task, states, cache: FeatureCache | None 
                 out[i] = arr
                 if keys[i] is not None:
                     cache.put(keys[i], arr)
-    for i in todo:
+    for i in todo:  # the rest here (the cache was asked above: no second lookup)
         if out[i] is None:
-            out[i] = get_per_store_features(task, states[i], cache)
+            out[i] = extract_state_features(states[i], _cache_line_bytes(task), _is_gpu(task))
+            if keys[i] is not None:
+                cache.put(keys[i], out[i])
     return out
 
 

@@ -242,6 +242,18 @@ def _compound_range(e: Expr, depth: dict, extents: list, level: int) -> tuple:
     return (0, 0) if b is None else tuple(b)
 
 
+def _term_sums(c: int, r0: int, r1: int, groups: dict) -> tuple:
+    """``(low, high, span)`` contributions of a term ``c * [r0, r1]``; its width is added to
+    ``groups[|c|]`` (the per-coefficient widths of :func:`access_range`'s box estimate)."""
+    w = r1 - r0
+    dspan = 0
+    if w > 0:
+        ac = abs(c)
+        groups[ac] = groups.get(ac, 0) + w
+        dspan = ac * w
+    return (c * r0, c * r1, dspan) if c >= 0 else (c * r1, c * r0, dspan)
+
+
 def access_range(form: AffineForm, level: int, extents: list) -> tuple:
     """``(lo, hi, touched)`` of one access when loops at depth >= ``level`` run.
 
@@ -251,19 +263,8 @@ def access_range(form: AffineForm, level: int, extents: list) -> tuple:
     groups: dict = {}
     span = 1
     for t in form.terms:
-        r0, r1 = term_range(t, level, extents)
-        c = t.coef
-        if c >= 0:
-            lo += c * r0
-            hi += c * r1
-        else:
-            lo += c * r1
-            hi += c * r0
-        w = r1 - r0
-        if w > 0:
-            ac = abs(c)
-            groups[ac] = groups.get(ac, 0) + w
-            span += ac * w
+        dlo, dhi, dspan = _term_sums(t.coef, *term_range(t, level, extents), groups)
+        lo, hi, span = lo + dlo, hi + dhi, span + dspan
     box = 1
     for w in groups.values():
         box *= w + 1
@@ -317,18 +318,8 @@ def level_counts(forms: list, extents: list) -> tuple:
                 for d in t.depths:
                     changes.setdefault(d, []).append(k)
             cur.append(r)
-            r0, r1 = r
-            if c >= 0:
-                lo += c * r0
-                hi += c * r1
-            else:
-                lo += c * r1
-                hi += c * r0
-            w = r1 - r0
-            if w > 0:
-                ac = abs(c)
-                groups[ac] = groups.get(ac, 0) + w
-                span += ac * w
+            dlo, dhi, dspan = _term_sums(c, r[0], r[1], groups)
+            lo, hi, span = lo + dlo, hi + dhi, span + dspan
         for level in range(n, -1, -1):
             ks = changes.get(level)
             if ks is not None:
