@@ -47,10 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 import cost_model.lgbm_model as lgbm_module
 import scheduler_core as sc
 from cost_model import LGBMModel
-from cost_model.feature import lowering_flags
 from cost_model.feature_pool import feature_workers
 from scheduler_core.measure.data import MeasureInput, MeasureResult
-from sketch_rules import SketchPolicyParams, generate_sketches, sample_init_population
+from sketch_rules import SketchPolicyParams, generate_sketches
 from sketch_rules.step_history import step_key
 from tests.workloads import conv2d_nchw  # the test suite's DAG library
 
@@ -83,9 +82,7 @@ def time_round(name: str, population: int, n_train: int, seed: int) -> dict:
                              seed=seed, verbose=0)
     t0 = time.perf_counter()
     policy.sketches = generate_sketches(policy, None)
-    # as SketchPolicy.search_one_round: the lowering check on the feature workers
-    init = sample_init_population(policy, policy.sketches, population, policy.rng,
-                                  lowering_check=lambda states: lowering_flags(task, states))
+    init = policy.sample_initial_population(population)  # as SketchPolicy.search_one_round
     t_init = time.perf_counter() - t0
     rng = np.random.default_rng(seed + 1)
     train = [init[int(i)] for i in rng.permutation(len(init))[:n_train]]

@@ -171,6 +171,12 @@ class SketchPolicy:
         ranked = sorted(best.values(), key=lambda x: -x[0])
         return [st for _, st in ranked[:out_size]]
 
+    def sample_initial_population(self, n: int) -> list:
+        """Up to ``n`` sampled States of :attr:`sketches` (``sample_init_population``), whose
+        lowering check runs on the feature workers and leaves their features in the cache."""
+        return sample_init_population(self, self.sketches, n, self.rng,
+                                      lowering_check=lambda states: lowering_flags(self.task, states))
+
     def search_one_round(self, num_random: int) -> tuple[list, list]:
         """Best states by evolution and random states, both unmeasured."""
         p = self.params
@@ -180,8 +186,7 @@ class SketchPolicy:
             if not self.sketches:
                 raise ScheduleError(f"no sketch for {self.task}")
         self.enter_phase("initial population")
-        init = sample_init_population(self, self.sketches, p.population, self.rng,
-                                      lowering_check=lambda states: lowering_flags(self.task, states))
+        init = self.sample_initial_population(p.population)
         ratio = getattr(p, "sample_init_use_measured_ratio", 0.2)
         n_measured = min(len(self.measured_states), int(ratio * p.population))
         init = init + self.best_measured(n_measured)
