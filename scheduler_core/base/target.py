@@ -115,26 +115,57 @@ def arch_of_compute_capability(text: str) -> str | None:
     return arch if arch in CUDA_ARCHS else None
 
 
-@functools.lru_cache(maxsize=1)
-def default_cuda_arch() -> str:
-    """The arch of a cuda target with no ``-arch``: device 0's compute capability when this
-    host has an NVIDIA GPU in :data:`CUDA_ARCHS`, else ``CUDA_DEFAULT_ARCH`` (sm_80).
+def physical_cuda_device(index: int = 0) -> str:
+    """The id (index or ``GPU-...`` UUID, as nvidia-smi's ``-i`` takes it) of this process's CUDA
+    device ``index``: ``CUDA_VISIBLE_DEVICES`` renumbers the devices a process sees from 0.
 
-    As TVM, which takes the arch from the device when ``-arch`` is missing: a cubin runs only
-    on its own major compute capability, so an sm_80 cubin does not load on an H100 (sm_90).
-    The device is asked through ``nvidia-smi`` (a separate process, cached once), not the CUDA
-    driver: initialising CUDA here would break the work-horses an RQ worker forks later.
+    Raises ValueError when ``index`` is negative or ``CUDA_VISIBLE_DEVICES`` hides it.
+    """
+    if index < 0:
+        raise ValueError(f"CUDA device index must be >= 0, got {index}")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(index)
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if index >= len(ids):
+        raise ValueError(f"CUDA device {index} is hidden: CUDA_VISIBLE_DEVICES={visible!r} shows {len(ids)}")
+    return ids[index]
+
+
+@functools.lru_cache(maxsize=16)
+def nvidia_smi_arch(device: str = "0") -> str | None:
+    """``"sm_90"``: the compute capability of the GPU nvidia-smi calls ``device`` (physical index
+    or UUID); None when nvidia-smi is missing, fails or names an arch not in :data:`CUDA_ARCHS`.
+
+    A separate process (cached per device), not the CUDA driver: initialising CUDA here would
+    break the work-horses an RQ worker forks later (a child forked after ``cuInit`` gets
+    CUDA_ERROR_NOT_INITIALIZED).
     """
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return CUDA_DEFAULT_ARCH
+        return None
     try:
-        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader", "-i", "0"],
+        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader", "-i", device],
                              capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
-        return CUDA_DEFAULT_ARCH
+        return None
     lines = out.splitlines()
-    return (arch_of_compute_capability(lines[0]) if lines else None) or CUDA_DEFAULT_ARCH
+    return arch_of_compute_capability(lines[0]) if lines else None
+
+
+def default_cuda_arch() -> str:
+    """The arch of a cuda target with no ``-arch``: the compute capability of this process's
+    CUDA device 0 (nvidia-smi, see :func:`nvidia_smi_arch`) when this host has an NVIDIA GPU in
+    :data:`CUDA_ARCHS`, else ``CUDA_DEFAULT_ARCH`` (sm_80).
+
+    As TVM, which takes the arch from the device when ``-arch`` is missing: a cubin runs only
+    on its own major compute capability, so an sm_80 cubin does not load on an H100 (sm_90).
+    """
+    try:
+        device = physical_cuda_device(0)
+    except ValueError:  # CUDA_VISIBLE_DEVICES hides every device
+        return CUDA_DEFAULT_ARCH
+    return nvidia_smi_arch(device) or CUDA_DEFAULT_ARCH
 
 
 _CUDA_INT_OPTIONS = ("max_threads_per_block", "max_shared_memory_per_block", "thread_warp_size",
