@@ -23,7 +23,7 @@ from scheduler_core.ir.simplify import const_value
 
 from .dataflow_step import rewrite_dataflow
 from .iter_index import leaf_extents, root_values_with_guards
-from .loop_state import State, make_stage
+from .loop_state import FuseRel, SplitRel, State, make_stage
 from .transform_step import AnnotationStep
 
 
@@ -31,31 +31,54 @@ def _layout_free(op) -> list:
     return list(getattr(op, "attrs", {}).get("layout_free_placeholders", []) or [])
 
 
-def _leaf_strides(stage) -> dict | None:
-    """Root name -> [(leaf name, stride, extent)] when every root is a mixed-radix of its leaves."""
+def _unfused_leaves(stage) -> list[str] | None:
+    """The stage's leaf iterator names, outer to inner, with every fused iterator replaced by
+    the iterators it fused (recursively), as TVM's layout rewrite expands fused iterators.
+
+    None when a fused iterator was split again: its parts are then not plain leaves.
+    """
+    fuses = {rel.fused: rel.children for rel in stage.relations if isinstance(rel, FuseRel)}
+    split_parents = {rel.parent for rel in stage.relations if isinstance(rel, SplitRel)}
+    if split_parents & fuses.keys():
+        return None
+
+    def expand(name: str) -> list[str]:
+        return [x for c in fuses[name] for x in expand(c)] if name in fuses else [name]
+    return [x for it in stage.iters for x in expand(it.name)]
+
+
+def _leaf_strides(stage) -> tuple[dict, list[str]] | None:
+    """(root name -> [(leaf name, stride, extent)], the leaves outer to inner) when every root
+    is a mixed-radix number of the stage's leaves, fused iterators counted as their parts."""
+    leaves = _unfused_leaves(stage)
+    if leaves is None:
+        return None
+    unfused = replace(stage, relations=tuple(r for r in stage.relations if not isinstance(r, FuseRel)))
     root_ext = {iv.var.name: as_expr(iv.dom_extent) for iv in stage.root}
-    ext = leaf_extents(stage, root_ext)
-    leaf_vars = {it.name: Var(it.name) for it in stage.iters}
-    vals, guards = root_values_with_guards(stage, leaf_vars, root_ext)
+    ext = leaf_extents(unfused, root_ext)
+    leaf_vars = {name: Var(name) for name in leaves}
+    vals, guards = root_values_with_guards(unfused, leaf_vars, root_ext)
     if guards:
         return None  # a non-divisible split: the rewritten layout would need padding
     by_var = {id(v): name for name, v in leaf_vars.items()}
     out = {}
     for iv in stage.root:
+        if iv.var.name not in vals:
+            return None
         terms, c0 = linear_form(vals[iv.var.name])
         if c0 != 0:
             return None
         parts = []
         for atom, coef in terms.values():
             if not isinstance(atom, Var) or id(atom) not in by_var:
-                return None  # fused loops: leave the layout alone
+                return None
             name = by_var[id(atom)]
             e = const_value(ext[name])
             if not isinstance(e, int):
                 return None
             parts.append((name, coef, e))
         out[iv.var.name] = parts
-    return out
+    return out, leaves
 
 
 def _rewrite_one(state: State, k: int, tensor) -> State:
@@ -68,14 +91,15 @@ def _rewrite_one(state: State, k: int, tensor) -> State:
     pattern = [tuple(id(i) if isinstance(i, Var) else None for i in ld.indices) for ld in loads]
     if any(p != pattern[0] or None in p for p in pattern) or any(i not in root_vars for i in pattern[0]):
         return state  # only plain axis indexing, the same at every read
-    strides = _leaf_strides(st)
-    if strides is None:
+    found = _leaf_strides(st)
+    if found is None:
         return state
+    strides, leaves = found
     index_roots = [root_vars[i] for i in pattern[0] if i is not None]  # (no None: checked above)
     used = {iv.var.name for iv in index_roots}
     leaf_info = {name: (root, coef, e) for root, parts in strides.items() if root in used
                  for name, coef, e in parts}
-    dims = [it.name for it in st.iters if it.name in leaf_info]
+    dims = [name for name in leaves if name in leaf_info]
     if not dims:
         return state
     shape = tuple(IntImm(leaf_info[d][2]) for d in dims)
@@ -146,7 +170,8 @@ def apply_layout_rewrite(state: State) -> State:
     """``state`` with every layout-free placeholder read through a tile-ordered copy.
 
     A no-op for DAGs without ``layout_free_placeholders`` or when the consumer's
-    loops do not allow it (non-divisible splits, fused axes, non-plain indexing).
+    loops do not allow it (non-divisible splits, a fused iterator split again, non-plain
+    indexing).  Fused iterators count as the iterators they fused (TVM does the same).
     """
     for k in range(len(state.stages)):
         st = state.stages[k]
