@@ -6,7 +6,9 @@ constant weights.  After a state is fully scheduled, :func:`apply_layout_rewrite
 adds a transform stage ``<B>.layout`` that stores B in the order of the
 consumer's own tile loops (one dimension per leaf iterator that indexes B,
 outer to inner), and makes the consumer read that buffer instead.  The inner
-loops of the tile then walk the rewritten buffer contiguously.  The rewrite is
+loops of the tile then walk the rewritten buffer contiguously.  A fused iterator
+(the outer tiles fused for ``parallel``) counts as the iterators it fused, as in
+TVM's ComputeDAG::RewriteLayout; one that was split again stops the rewrite.  The rewrite is
 not a transform step: it is re-applied deterministically whenever a tuned
 state is built, so records stay plain step lists (as in Ansor).
 """
