@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -75,6 +76,14 @@ MIN_SELECTION_STATES = 32  # "auto" compares the objectives only with at least t
 RANK_MARGIN = 0.02         # another objective replaces the first candidate only when it wins by this much
 CV_FOLDS = 4               # the selection's cross-validation folds
 CV_MAX_STATES = 400        # above this many states the selection uses one held-out fold
+
+
+PRETRAINED_FILE = Path(__file__).resolve().parent / "pretrained" / "llvm.json"  # CPU tasks
+
+
+def _is_cpu_task(task) -> bool:
+    target = getattr(task, "target", None)
+    return not bool(getattr(target, "is_gpu", False))
 
 
 def _cost_s(res) -> float:
@@ -122,11 +131,20 @@ class LGBMModel(CostModel):
     n_columns : int or None, train and predict on the first ``n_columns`` feature columns only
         (``feature.N_ANSOR_FEATURES``: TVM's 164, the feature set before the extra and
         whole-program columns); None: all ``N_FEATURES``
+    pretrained : "auto" | path | None.  A model trained on other workloads' records
+        (transfer learning, as TenSet and TLP do for TVM; ``benchmarks/pretrain_cost_model.py``
+        writes the one shipped in ``cost_model/pretrained/llvm.json``).  For CPU tasks it
+        ranks states from the first round, before this model has measurements of its own,
+        and each retrain continues from its trees (``lgbm_train.train_pack_rank``'s
+        ``init_model``), so the task keeps learning from its own records.  "auto" (default):
+        the shipped file when it exists and matches this build's features, else none; a
+        path that cannot be used raises CostModelError at the first CPU task; None: off
+        (Ansor's random warm-up).  Used with the pack-rank objective on all columns only.
     """
 
     def __init__(self, objective: str = "pack_rank", num_warmup_sample: int = 16, seed: int | None = None,
                  model_file=None, num_threads: int = 1, num_rounds: int = 200, rank_agg: str = "mean",
-                 lgbm_params: dict | None = None, n_columns: int | None = None):
+                 lgbm_params: dict | None = None, n_columns: int | None = None, pretrained="auto"):
         if objective not in OBJECTIVES:
             raise CostModelError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.objective = objective
@@ -151,6 +169,9 @@ class LGBMModel(CostModel):
         self.kind: str | None = None   # "pack_sum" or "rank" once trained
         self.selection: dict = {}      # the last held-out comparison (see _select)
         self._n_at_selection = 0
+        self.pretrained = pretrained
+        self._base: tuple | None = None  # (kind, Booster) of the pretrained model once read
+        self._all_cpu = True  # every task measured so far is a CPU task (the base applies)
         if model_file and os.path.isfile(model_file):
             self.load(model_file)
 
@@ -163,14 +184,48 @@ class LGBMModel(CostModel):
         Ansor; unlike Ansor no features are extracted then (lowering costs a few
         milliseconds per state), so failing states are only found by measurement.
         """
-        if self.booster is None or len(self.features) < self.num_warmup_sample:
+        own = self.booster is not None and len(self.features) >= self.num_warmup_sample
+        base = None if own else self.base_model(task)
+        if not own and base is None:
             return self.rng.uniform(0.0, 1.0, len(states))
         feats = get_per_store_features_from_states(task, states)
-        scores = self._predict_features(self._columns(feats))
+        if own:
+            scores = self._predict_features(self._columns(feats))
+        else:
+            scores = self._predict_with(base[0], base[1], feats)
         for k, f in enumerate(feats):
             if is_invalid(f):
                 scores[k] = -math.inf
         return scores
+
+    def base_model(self, task) -> tuple | None:
+        """``(kind, Booster)`` of the pretrained model this model starts from for ``task``, or
+        None (``pretrained`` off, a GPU task, no shipped file, other features or columns).
+
+        Raises CostModelError when ``pretrained`` names a file that is not a usable model.
+        """
+        if self.pretrained is None or self.pretrained is False or not _is_cpu_task(task):
+            return None
+        if self.n_columns is not None or self.objective != "pack_rank":
+            return None
+        if self._base is None:
+            auto = self.pretrained == "auto"
+            path = PRETRAINED_FILE if auto else Path(self.pretrained)
+            if auto and not path.is_file():
+                self._base = (None, None)
+            else:
+                probe = LGBMModel(pretrained=None)
+                try:
+                    probe.load(path)
+                    if probe.booster is None or probe.n_columns is not None or probe.kind != "pack_rank":
+                        raise CostModelError(f"{path} is not a trained pack-rank model on all "
+                                             f"{len(FEATURE_NAMES)} feature columns")
+                except CostModelError:
+                    if not auto:
+                        raise
+                    probe.booster = None  # a shipped file of other features: start without it
+                self._base = (probe.kind, probe.booster) if probe.booster is not None else (None, None)
+        return None if self._base[1] is None else self._base
 
     def _predict_features(self, feats: list) -> np.ndarray:
         return self._predict_with(self.kind, self.booster, feats)
@@ -230,6 +285,10 @@ class LGBMModel(CostModel):
             fs = get_per_store_features_from_states(inputs[idx[0]].task, [inputs[k].state for k in idx])
             for k, f in zip(idx, fs):
                 feats[k] = f
+        for idx in by_task.values():
+            task = inputs[idx[0]].task
+            self._all_cpu = self._all_cpu and _is_cpu_task(task)
+            self.base_model(task)  # read the pretrained model before the first retrain
         for inp, res, f in zip(inputs, results, feats):
             self.features.append(f)
             self.costs.append(_cost_s(res))
@@ -275,7 +334,13 @@ class LGBMModel(CostModel):
                 kind = self._select(feats, costs, tids)
         else:
             kind = self.objective
-        booster = self._fit(kind, feats, y, tids)
+        base = self._base if self._base is not None and self._base[1] is not None else None
+        if kind == "pack_rank" and base is not None and self._all_cpu:
+            p = self.lgbm_params
+            booster = train_pack_rank(feats, y, tids, self.num_rounds, self.num_threads, self.seed, p,
+                                      init_model=base[1])
+        else:
+            booster = self._fit(kind, feats, y, tids)
         if booster is None:
             return False
         self.booster, self.kind = booster, kind

@@ -93,14 +93,14 @@ def _params(num_threads: int, seed: int, **extra) -> dict:
     return {**BASE_PARAMS, "num_threads": num_threads, "seed": seed, **extra}
 
 
-def splittable_dataset(lgb, X: np.ndarray, params: dict, **fields):
+def splittable_dataset(lgb, X: np.ndarray, params: dict, free_raw_data: bool = True, **fields):
     """``lgb.Dataset(X, params=params, **fields)``, constructed, or None when LightGBM
     keeps no feature it could split on (every column constant, or too few rows to fill
     two bins of ``min_data_in_bin`` rows: LightGBM then refuses to train).
 
     X: float [rows, F] with at least one row; fields: label, group, ... of the Dataset.
     """
-    ds = lgb.Dataset(X, params=params, free_raw_data=True, **fields).construct()
+    ds = lgb.Dataset(X, params=params, free_raw_data=free_raw_data, **fields).construct()
     if not any(ds.feature_num_bin(i) > 1 for i in range(ds.num_feature())):
         return None
     return ds
@@ -201,7 +201,7 @@ def pack_rank_objective(pack_ids: np.ndarray, n_states: int, better: np.ndarray,
 
 def train_pack_rank(features: list, y: np.ndarray, groups: np.ndarray, num_rounds: int = 200,
                     num_threads: int = 1, seed: int = 0, params: dict | None = None,
-                    max_pairs: int = MAX_PAIRS, min_ratio: float = PAIR_MIN_RATIO):
+                    max_pairs: int = MAX_PAIRS, min_ratio: float = PAIR_MIN_RATIO, init_model=None):
     """Train a pack-sum model with the pairwise logistic loss (TenSet's and TLP's rank loss).
 
     features: list of float32 [n_stores_i, F]; y: float [n_states] normalized throughput;
@@ -209,7 +209,9 @@ def train_pack_rank(features: list, y: np.ndarray, groups: np.ndarray, num_round
     ``lightgbm.Booster`` whose raw row outputs sum to the state score (:func:`predict_pack_sum`;
     :func:`predict_pack_rank` maps it into (0, 1)), or None when there is no pair or LightGBM
     finds no feature to split on.  ``params`` go over PACK_RANK_PARAMS; ``max_pairs`` and
-    ``min_ratio``: see :func:`pair_index`.
+    ``min_ratio``: see :func:`pair_index`.  ``init_model``: a Booster of the same columns to
+    continue from (transfer learning): the returned Booster holds its trees and the new ones,
+    fitted to the pairs of ``features`` starting from its scores.
     """
     lgb = _lgb()
     X, pack_ids = pack_features(features)
@@ -218,11 +220,11 @@ def train_pack_rank(features: list, y: np.ndarray, groups: np.ndarray, num_round
     if len(better) == 0:
         return None
     base = _params(num_threads, seed, **{**PACK_RANK_PARAMS, **(params or {})})
-    ds = splittable_dataset(lgb, X, base, label=y[pack_ids])
+    ds = splittable_dataset(lgb, X, base, free_raw_data=init_model is None, label=y[pack_ids])
     if ds is None:
         return None
     obj = pack_rank_objective(pack_ids, len(features), better, worse)
-    return lgb.train({**base, "objective": obj}, ds, num_boost_round=num_rounds)
+    return lgb.train({**base, "objective": obj}, ds, num_boost_round=num_rounds, init_model=init_model)
 
 
 def predict_pack_sum(booster, features: list) -> np.ndarray:

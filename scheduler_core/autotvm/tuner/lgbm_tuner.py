@@ -128,7 +128,7 @@ class LGBMTuner(Tuner):
         self.plan_pt = 0
         self.train_ct = 0
         self.booster: Any = None
-        self.model = LGBMModel(seed=self.seed, num_warmup_sample=0, num_threads=self.num_threads,
+        self.model = LGBMModel(seed=self.seed, num_warmup_sample=0, num_threads=self.num_threads, pretrained=None,
                                lgbm_params=SMALL_DATA_PARAMS) if feature_type == "program" else None
         self._states: dict = {}    # index -> State (program features)
 
