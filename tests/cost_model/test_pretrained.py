@@ -68,3 +68,12 @@ def test_a_named_file_that_is_no_model_is_an_error_and_auto_without_a_file_is_co
         LGBMModel(pretrained=bad).base_model(task)
     monkeypatch.setattr(lgbm_model, "PRETRAINED_FILE", tmp_path / "absent.json")
     assert LGBMModel().base_model(task) is None
+
+
+def test_the_shipped_model_matches_this_builds_features():
+    # a change of the features (FEATURE_VERSION) must come with a retrained file:
+    # python benchmarks/pretrain_cost_model.py --train-only
+    assert lgbm_model.PRETRAINED_FILE.is_file()
+    task = Task.create(matmul_dag(MATMUL_N), "llvm")
+    kind, booster = LGBMModel().base_model(task)
+    assert kind == "pack_rank" and booster.num_trees() > 0
