@@ -62,22 +62,29 @@ class Device:
 
     @property
     def exist(self) -> bool:
-        """Whether the device can be used here (a CUDA driver that sees device ``index``)."""
-        if self.kind == "cpu":
-            return True
-        return cuda_unavailable_reason(self.index) is None
+        """Whether the device can be used here: for CUDA, a driver that sees device ``index``
+        and pycuda to hold memory and launch kernels (TVM's ``dev.exist``: the runtime can use
+        it), so code that checks ``exist`` before running on the GPU falls back where either
+        is missing."""
+        return self.kind == "cpu" or self.unusable_reason() is None
 
-    def check_usable(self) -> None:
-        """Raise ``DeviceRuntimeError`` saying why this device cannot run or hold memory.
+    def unusable_reason(self) -> str | None:
+        """Why this device cannot run or hold memory here, or None when it can.
 
         A CUDA device needs the NVIDIA driver to see it and pycuda (the optional extra
         ``.[cuda]``), which holds its memory and launches kernels.
         """
         if self.kind == "cpu":
-            return
+            return None
         reason = cuda_unavailable_reason(self.index)
         if reason is None and importlib.util.find_spec("pycuda") is None:
             reason = "pycuda is not installed (pip install 'autosched[cuda]')"
+        return reason
+
+    def check_usable(self) -> None:
+        """Raise ``DeviceRuntimeError`` saying why this device cannot run or hold memory
+        (:meth:`unusable_reason`)."""
+        reason = self.unusable_reason()
         if reason is not None:
             raise DeviceRuntimeError(f"device {self} cannot be used: {reason}")
 

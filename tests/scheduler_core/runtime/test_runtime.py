@@ -170,6 +170,23 @@ def test_devices_and_tvm_spellings():
             nd.array(np.zeros(3), device=cuda())
 
 
+def test_a_gpu_without_pycuda_does_not_exist(monkeypatch):
+    # a host whose driver sees the GPU but lacks pycuda: code that checks dev.exist (the seeds)
+    # must fall back instead of failing at the first array
+    import importlib
+    import importlib.util
+
+    device_module = importlib.import_module("scheduler_core.runtime.device")  # (the package exports device())
+    monkeypatch.setattr(device_module, "cuda_unavailable_reason", lambda index=0: None)  # the driver sees it
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pycuda" else real_find_spec(name, *a))
+    assert not cuda(0).exist
+    assert "pycuda is not installed" in cuda(0).unusable_reason()
+    with pytest.raises(DeviceRuntimeError, match="pycuda"):
+        cuda(0).sync()
+
+
 def test_ndarray_copies_and_converts():
     src = np.arange(12, dtype=np.float32).reshape(3, 4)
     a = nd.array(src.T, cpu())  # positional device; non-contiguous source
