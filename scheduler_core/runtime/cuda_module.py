@@ -293,7 +293,8 @@ def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dic
 
     Serial loops, conditions and lets around kernels run here with ``bound`` (symbolic size
     name -> int); each kernel nest (a loop with ``annotations["kernel"]``) is launched with
-    the arguments its launch description names.  Intermediate global buffers are allocated
+    the arguments its launch description names, unless a grid or block extent is 0 (nothing
+    to run; ``cuLaunchKernel`` would fail with "invalid argument").  Intermediate global buffers are allocated
     where the program allocates them.
     """
     by_name = {d["name"]: d for d in kernels_desc}
@@ -307,6 +308,8 @@ def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dic
         elif isinstance(s, T.For) and s.annotations.get("kernel"):
             desc = by_name[s.annotations["kernel"]]
             grid, block = launch_dims(s, env)
+            if min(grid) <= 0 or min(block) <= 0:
+                return  # a loop of no iterations (a size bound to 0): CUDA refuses an empty launch
             names = {v.name: x for v, x in env.items()}
             args = []
             for a in desc["args"]:

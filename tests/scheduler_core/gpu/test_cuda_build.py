@@ -13,7 +13,7 @@ import pytest
 import scheduler_core as sc
 from scheduler_core.base.errors import BuildError, DeviceRuntimeError, RuntimeArgumentError
 from scheduler_core.driver.nvcc import nvcc_available, ptxas_info
-from scheduler_core.runtime.cuda_module import CudaModule
+from scheduler_core.runtime.cuda_module import CudaModule, run_host
 from tests.scheduler_core.gpu import gpu_schedules as G
 
 CASES = sorted(G.ALL_CASES)
@@ -63,3 +63,14 @@ def test_cuda_arrays_need_a_gpu_here():
         pytest.skip("a CUDA device is present")
     with pytest.raises(DeviceRuntimeError, match="cuda"):
         sc.nd.array(np.zeros(4, "float32"), sc.cuda(0))
+
+
+def test_a_kernel_of_no_iterations_is_not_launched():
+    # seed 004's vector add with n = 0: grid floordiv(0 + 63, 64) = 0 blocks; cuLaunchKernel
+    # would answer "invalid argument", so the host code skips it (no kernels are even needed)
+    case = G.vector_add()
+    mod = sc.build(case.sch, case.args, target="cuda -arch=sm_80")
+    buffers = {t.name: object() for t in case.args}
+    run_host(mod.kernel_func, mod.launch["kernels"], {}, buffers, {"n": 0}, 0)
+    with pytest.raises((KeyError, DeviceRuntimeError)):  # with n = 1 it launches (no pycuda, or no kernels)
+        run_host(mod.kernel_func, mod.launch["kernels"], {}, buffers, {"n": 1}, 0)
