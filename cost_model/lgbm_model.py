@@ -314,12 +314,14 @@ class LGBMModel(CostModel):
         tids = np.asarray([self.task_ids[k] for k in keep], np.int64)
         return feats, costs, tids, normalized_throughput(costs, tids)
 
-    def _fit(self, kind: str, feats: list, y: np.ndarray, tids: np.ndarray):
+    def _fit(self, kind: str, feats: list, y: np.ndarray, tids: np.ndarray, init_model=None):
+        """A Booster of objective ``kind``; ``init_model`` (pack-rank only): the Booster to continue."""
         p = self.lgbm_params
         if kind == "rank":
             return train_rank(feats, y, tids, self.rank_agg, self.num_rounds, self.num_threads, self.seed, p)
         if kind == "pack_rank":
-            return train_pack_rank(feats, y, tids, self.num_rounds, self.num_threads, self.seed, p)
+            return train_pack_rank(feats, y, tids, self.num_rounds, self.num_threads, self.seed, p,
+                                   init_model=init_model)
         return train_pack_sum(feats, y, self.num_rounds, self.num_threads, self.seed, p)
 
     def _train(self) -> bool:
@@ -334,13 +336,8 @@ class LGBMModel(CostModel):
                 kind = self._select(feats, costs, tids)
         else:
             kind = self.objective
-        base = self._base if self._base is not None and self._base[1] is not None else None
-        if kind == "pack_rank" and base is not None and self._all_cpu:
-            p = self.lgbm_params
-            booster = train_pack_rank(feats, y, tids, self.num_rounds, self.num_threads, self.seed, p,
-                                      init_model=base[1])
-        else:
-            booster = self._fit(kind, feats, y, tids)
+        base = self._base[1] if self._base is not None and kind == "pack_rank" and self._all_cpu else None
+        booster = self._fit(kind, feats, y, tids, init_model=base)
         if booster is None:
             return False
         self.booster, self.kind = booster, kind
