@@ -166,24 +166,26 @@ def attached_stages(state) -> dict:
     return out
 
 
+def _attached_in_parallel(state, k: int) -> bool:
+    """Whether stage ``k`` is computed at (or inside) a parallel loop of another stage."""
+    st = state.stages[k]
+    if st.compute_at != "iter":
+        return False
+    tgt, name = st.attach
+    tst = state.stages[tgt]
+    upto = tst.iter_index(name)
+    return any(it.annotation == "parallel" for it in tst.iters[:upto + 1]) or _attached_in_parallel(state, tgt)
+
+
 def has_nested_parallel(state) -> bool:
     """Whether a parallel loop runs inside another parallel loop (Ansor's
     HasNestedParallel, made exact: two parallel loops side by side inside one serial
     loop are not nested).  Such states are pruned: the inner loop would run serially."""
-    def enclosed(k: int) -> bool:
-        st = state.stages[k]
-        if st.compute_at != "iter":
-            return False
-        tgt, name = st.attach
-        tst = state.stages[tgt]
-        upto = tst.iter_index(name)
-        return any(it.annotation == "parallel" for it in tst.iters[:upto + 1]) or enclosed(tgt)
-
     for k, st in enumerate(state.stages):
         if st.op_type == "placeholder" or st.compute_at == "inlined":
             continue
         n_par = sum(it.annotation == "parallel" for it in st.iters)
-        if n_par >= 2 or (n_par and enclosed(k)):
+        if n_par >= 2 or (n_par and _attached_in_parallel(state, k)):
             return True
     return False
 

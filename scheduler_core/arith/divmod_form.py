@@ -80,34 +80,34 @@ def simplify_divmod(e: Expr, env: dict, bound: RangeFn | None = None, memo: dict
             break
     else:
         return e
-    memo = {} if memo is None else memo
-    rng = _interval_range if bound is None else bound
+    return _simplify_divmod_rec(e, env, _interval_range if bound is None else bound, {} if memo is None else memo)
 
-    def go(node: Any) -> Expr:  # Any: dispatched on its exact class
-        t = type(node)
-        if t is IntImm or t is Var or t is FloatImm:  # a leaf: no child, nothing to rewrite
-            return node
-        hit = memo.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        out = node
-        if t is BinaryOp:  # the common interior node, inline
-            a, b = node.a, node.b
-            na, nb = go(a), go(b)
-            if na is not a or nb is not b:
-                out = BinaryOp(node.op, na, nb, node.dtype)
-        else:
-            kids = children(node)
-            if kids:
-                new = tuple([go(k) for k in kids])
-                if any(a is not b for a, b in zip(new, kids)):
-                    out = rebuild(node, new)
-        rewritten = _divmod_rewrite(out, env, rng)
-        out = rewritten if rewritten is not None else out
-        memo[id(node)] = (node, out)
-        return out
 
-    return go(e)
+def _simplify_divmod_rec(node: Any, env: dict, rng: RangeFn, memo: dict) -> Expr:
+    """One node of :func:`simplify_divmod` (a module function, not a closure calling itself:
+    that would be a reference cycle holding the memo until the cyclic collector runs)."""
+    t = type(node)  # Any: dispatched on its exact class
+    if t is IntImm or t is Var or t is FloatImm:  # a leaf: no child, nothing to rewrite
+        return node
+    hit = memo.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    out = node
+    if t is BinaryOp:  # the common interior node, inline
+        a, b = node.a, node.b
+        na, nb = _simplify_divmod_rec(a, env, rng, memo), _simplify_divmod_rec(b, env, rng, memo)
+        if na is not a or nb is not b:
+            out = BinaryOp(node.op, na, nb, node.dtype)
+    else:
+        kids = children(node)
+        if kids:
+            new = tuple([_simplify_divmod_rec(k, env, rng, memo) for k in kids])
+            if any(a is not b for a, b in zip(new, kids)):
+                out = rebuild(node, new)
+    rewritten = _divmod_rewrite(out, env, rng)
+    out = rewritten if rewritten is not None else out
+    memo[id(node)] = (node, out)
+    return out
 
 
 class DivModNormalForm:

@@ -155,32 +155,35 @@ def simplify(e: Expr) -> Expr:
     t = type(e)
     if t is IntImm or t is Var or t is FloatImm:  # a leaf has nothing to fold
         return e
-    memo: dict[int, Expr] = {}  # id(node) -> its simplified form (a node shared in e: once)
+    return _simplify_rec(e, {})  # id(node) -> its simplified form (a node shared in e: once)
 
-    def go(node: Any) -> Expr:  # Any: dispatched on its exact class
-        t = type(node)
-        if t in _LEAF_TYPES:
-            return node
-        key = id(node)
-        out = memo.get(key)  # never None: a memo value is an Expr
-        if out is not None:
-            return out
-        if t is BinaryOp:  # the common interior node, inline (and its leaf children)
-            a, b = node.a, node.b
-            na = a if type(a) in _LEAF_TYPES else go(a)
-            nb = b if type(b) in _LEAF_TYPES else go(b)
-            out = _simplify_binary(node if na is a and nb is b else BinaryOp(node.op, na, nb, node.dtype))
-        else:
-            kids = children(node)
-            if kids:
-                new = tuple([go(k) for k in kids])
-                out = _simplify_node(node if same_children(new, kids) else rebuild(node, new))
-            else:
-                out = node
-        memo[key] = out
+
+# The recursions below are module functions that take their memo, not closures that call
+# themselves: such a closure is a reference cycle (function -> cell -> function) that keeps
+# its memo alive until the cyclic collector runs, and in the search that garbage made the
+# collector take a quarter of the lowering time.
+def _simplify_rec(node: Any, memo: dict) -> Expr:  # Any: dispatched on its exact class
+    t = type(node)
+    if t in _LEAF_TYPES:
+        return node
+    key = id(node)
+    out = memo.get(key)  # never None: a memo value is an Expr
+    if out is not None:
         return out
-
-    return go(e)
+    if t is BinaryOp:  # the common interior node, inline (and its leaf children)
+        a, b = node.a, node.b
+        na = a if type(a) in _LEAF_TYPES else _simplify_rec(a, memo)
+        nb = b if type(b) in _LEAF_TYPES else _simplify_rec(b, memo)
+        out = _simplify_binary(node if na is a and nb is b else BinaryOp(node.op, na, nb, node.dtype))
+    else:
+        kids = children(node)
+        if kids:
+            new = tuple([_simplify_rec(k, memo) for k in kids])
+            out = _simplify_node(node if same_children(new, kids) else rebuild(node, new))
+        else:
+            out = node
+    memo[key] = out
+    return out
 
 
 def const_value(e: Any) -> int | float | None:

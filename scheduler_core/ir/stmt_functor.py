@@ -110,26 +110,29 @@ def map_stmt(s: T.Stmt, f_stmt: Callable[[T.Stmt], T.Stmt | None] | None = None,
     A child ``SeqStmt`` is kept as a ``SeqStmt`` (it is not flattened).  Recursive in the
     statement depth (loop nests are shallow).
     """
-    def go(node: T.Stmt) -> T.Stmt:
-        if preorder is not None:
-            out = preorder(node)
-            if out is not None:
-                return out
-        kids = T.stmt_children(node)
-        new_kids = tuple(go(c) for c in kids)
-        exprs = () if isinstance(node, T.Allocate) else stmt_exprs(node)
-        new_exprs = exprs if f_expr is None else tuple(f_expr(e) for e in exprs)
-        changed = any(a is not b for a, b in zip(new_kids, kids)) or \
-            any(a is not b for a, b in zip(new_exprs, exprs))
-        if changed:
-            node = _rebuild(node, new_exprs, new_kids)
-        if f_stmt is not None:
-            out = f_stmt(node)
-            if out is not None:
-                return out
-        return node
+    return _map_stmt_rec(s, f_stmt, f_expr, preorder)
 
-    return go(s)
+
+def _map_stmt_rec(node: T.Stmt, f_stmt, f_expr, preorder) -> T.Stmt:
+    """One statement of :func:`map_stmt` (a module function, not a closure calling itself:
+    that would be a reference cycle left to the cyclic collector)."""
+    if preorder is not None:
+        out = preorder(node)
+        if out is not None:
+            return out
+    kids = T.stmt_children(node)
+    new_kids = tuple(_map_stmt_rec(c, f_stmt, f_expr, preorder) for c in kids)
+    exprs = () if isinstance(node, T.Allocate) else stmt_exprs(node)
+    new_exprs = exprs if f_expr is None else tuple(f_expr(e) for e in exprs)
+    changed = any(a is not b for a, b in zip(new_kids, kids)) or \
+        any(a is not b for a, b in zip(new_exprs, exprs))
+    if changed:
+        node = _rebuild(node, new_exprs, new_kids)
+    if f_stmt is not None:
+        out = f_stmt(node)
+        if out is not None:
+            return out
+    return node
 
 
 def replace_stmt(s: T.Stmt, old: T.Stmt, new: T.Stmt) -> T.Stmt:
