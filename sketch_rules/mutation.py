@@ -87,7 +87,8 @@ def replay_edited(state, steps: list, k: int):
 
 class MutateTileSize(MutationRule):
     """Move a random factor from one level of a split to another, keeping the product
-    (so the outermost, implicit level may change too); the innermost length stays
+    (so the outermost, implicit level may change too; for a split with a tail it counts
+    ``ceil(extent / product)``, so the positions covered stay the same); the innermost length stays
     <= ``params.max_innermost_split_factor``.  On a GPU a result with more threads,
     virtual threads or shared memory per block than the task allows is refused (None),
     as Ansor's GPU code verification drops it."""
@@ -108,7 +109,7 @@ class MutateTileSize(MutationRule):
         prod = 1
         for x in step.lengths:
             prod *= x
-        lengths = [max(1, step.extent // prod)] + list(step.lengths)
+        lengths = [max(1, -(-step.extent // prod))] + list(step.lengths)  # ceil: a split with a tail
         perm = [int(x) for x in rng.permutation(len(lengths))]
         for i, src in enumerate(perm):
             if lengths[src] <= 1:

@@ -17,6 +17,15 @@ FMA latency) as 60 (spills).  On a sample of conv2d 1x64x56x56 states, every one
 fastest had a multiple of 8 lanes and 8 to 24 vector accumulators.  Here part of the
 samples take such a tile; the rest stay uniform, so every tiling remains reachable, and
 MutateTileSize moves lengths as before.
+
+Tiles with a tail.  On a 16-register AVX2 host the classic matmul microkernels are 6 rows x
+2 vectors and 4 rows x 3 vectors (12 accumulators): neither 6 nor 24 divides 1024, so a
+sampler of divisors never draws them.  In a share TAIL_TILE_PROB of the register-tile draws
+one of the tile's other (non-vector) splits gets an innermost length L that need not divide
+its axis, with the outer lengths a factorization of ceil(extent / L), so the split covers
+ceil(extent / L) * L positions (at most MAX_TAIL_WASTE more than the axis) and the
+``likely`` guard of the tail is removed from the main part of the loop by the loop
+partitioning pass (``passes/loop_partition.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ MIN_VECTOR_UNIT = 4  # an axis that allows fewer power-of-two lanes than this ge
 # latency), at most 3/4 of the vector registers (the rest hold the loaded operands).
 MIN_ACCUMULATORS = 8
 TILE_TRIES = 32  # draws of the tile's other lengths before giving up on the register budget
+TAIL_TILE_PROB = 0.5  # share of register-tile draws where one non-vector length may leave a tail
+MAX_TAIL_WASTE = 1 / 32  # extra positions a tail split may cover, as a share of the axis
 
 _TILES = BoundedCache(256)  # id(state) -> its RegisterTiles (the state is kept)
 
@@ -136,6 +147,24 @@ def row_registers(length: int, lanes: int) -> int:
     return sum(max(1, (1 << b) // lanes) for b in range(length.bit_length()) if length >> b & 1)
 
 
+def tail_schemes(extent: int, n_lengths: int, max_innermost: int) -> tuple:
+    """Split lengths (``n_lengths`` of them, outermost first) whose innermost length ``L`` (2
+    to ``max_innermost``) does not divide ``extent``: the outer lengths are a factorization of
+    ``ceil(extent / L)``, so the split covers ``ceil(extent / L) * L`` positions; only the
+    ``L`` whose extra positions are at most MAX_TAIL_WASTE of ``extent``.  ``tail_schemes(1024,
+    3, 6)`` holds ``(9, 19, 6)`` (1026 rows) and ``(1, 1, 3)``.  Empty when none qualifies."""
+    out: list = []
+    for length in range(2, max_innermost + 1):
+        quotient = -(-extent // length)
+        if extent % length == 0 or (quotient * length - extent) > extent * MAX_TAIL_WASTE:
+            continue
+        if n_lengths == 1:
+            out.append((length,))
+        else:
+            out.extend(sc + (length,) for sc in factorization_schemes(quotient, n_lengths - 1, quotient))
+    return tuple(out)
+
+
 def sample_register_tile(tile: RegisterTile, steps: list, vector_unit_bytes: int, max_length: int,
                          max_inner: int, rng) -> dict:
     """``{step index: lengths}`` for ``tile``: with probability VECTOR_TILE_PROB, a vectorized
@@ -158,6 +187,12 @@ def sample_register_tile(tile: RegisterTile, steps: list, vector_unit_bytes: int
     per_row = row_registers(vs[-1], lanes) * tile.fixed
     budget = vector_registers(vector_unit_bytes) * 3 // 4
     options = [factorization_schemes(steps[k].extent, len(steps[k].lengths), max_inner) for k in tile.other_splits]
+    if rng.random() < TAIL_TILE_PROB:  # one of the other lengths may leave a tail
+        which = int(rng.integers(len(options)))
+        step = steps[tile.other_splits[which]]
+        tails = tail_schemes(step.extent, len(step.lengths), min(max_inner, budget // per_row))
+        if tails:
+            options[which] = tails
     for _ in range(TILE_TRIES):
         draw = [pick(rng, opts) for opts in options]
         regs = per_row
@@ -169,6 +204,7 @@ def sample_register_tile(tile: RegisterTile, steps: list, vector_unit_bytes: int
     return out
 
 
-__all__ = ["VECTOR_TILE_PROB", "MIN_VECTOR_UNIT", "MIN_ACCUMULATORS", "TILE_TRIES", "RegisterTile",
+__all__ = ["VECTOR_TILE_PROB", "MIN_VECTOR_UNIT", "MIN_ACCUMULATORS", "TILE_TRIES", "TAIL_TILE_PROB",
+           "MAX_TAIL_WASTE", "RegisterTile", "tail_schemes",
            "register_tiles", "vector_lanes", "vector_registers", "vector_tile_lengths", "row_registers",
            "sample_register_tile"]

@@ -45,8 +45,9 @@ def test_default_rules_and_weights():
 
 @pytest.mark.parametrize("max_inner", [64, 4])
 def test_mutate_tile_size_keeps_the_product(max_inner):
-    """One split changes; extent // product(lengths) * product stays the extent (a factor
-    moved between levels); innermost <= max_innermost_split_factor; the result lowers."""
+    """One split changes; the positions it covers, ceil(extent / product(lengths)) * product,
+    stay the same (a factor moved between levels: the extent itself for a split without a
+    tail); innermost <= max_innermost_split_factor; the result lowers."""
     policy, pop = _pop(W.matmul(48, 64, 32), max_innermost_split_factor=max_inner)
     rng = np.random.default_rng(5)
     n_ok = 0
@@ -57,11 +58,42 @@ def test_mutate_tile_size_keeps_the_product(max_inner):
         (k,) = _diff(state, new)
         old, step = state.transform_steps[k], new.transform_steps[k]
         assert isinstance(step, SplitStep) and step.extent == old.extent
-        assert step.extent % int(np.prod(step.lengths)) == 0
+        assert _covered(step) == _covered(old)
         assert step.lengths[-1] <= max_inner
         assert lowers(new)
         n_ok += 1
     assert n_ok >= len(pop)
+
+
+def _covered(step) -> int:
+    p = int(np.prod(step.lengths))
+    return -(-step.extent // p) * p
+
+
+def test_mutate_tile_size_keeps_a_tail_split_covering_the_same_rows():
+    """A register tile of 6 rows on 1024 (lengths 1, 19, 6: 1026 rows): mutations move
+    factors of 9 = ceil(1024 / 114), 19 and 6 between the levels, and every mutant still
+    covers 1026 rows."""
+    from dataclasses import replace
+
+    from sketch_rules.step_history import replay_or_none
+
+    policy, pop = _pop(W.matmul(1024, 64, 32), n=4)
+    rng = np.random.default_rng(9)
+    seen = set()
+    for state in pop:
+        steps = list(state.transform_steps)
+        k = next(i for i, s in enumerate(steps) if isinstance(s, SplitStep) and s.extent == 1024
+                 and len(s.lengths) == 3)
+        steps[k] = replace(steps[k], lengths=(1, 19, 6))
+        tail = replay_or_none(state, steps)
+        assert tail is not None
+        for _ in range(40):
+            new = MutateTileSize().apply(policy, tail, rng)
+            if new is not None and _diff(tail, new) == [k]:
+                assert _covered(new.transform_steps[k]) == 1026
+                seen.add(new.transform_steps[k].lengths)
+    assert len(seen) >= 4
 
 
 def test_mutate_tile_size_needs_a_split():

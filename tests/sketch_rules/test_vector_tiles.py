@@ -114,3 +114,56 @@ def test_sampled_conv_population_lowers():
     policy = make_policy(_conv())
     pop = sample_init_population(policy, generate_sketches(policy), 12, np.random.default_rng(4))
     assert len(pop) == 12
+
+
+def test_tail_schemes_cover_the_axis_with_little_waste():
+    schemes = VT.tail_schemes(1024, 3, 6)
+    assert (9, 19, 6) in schemes and (1, 1, 3) in schemes
+    for *outer, inner in schemes:
+        assert 2 <= inner <= 6 and 1024 % inner != 0
+        covered = int(np.prod(outer)) * inner * -(-1024 // (int(np.prod(outer)) * inner))
+        assert 1024 <= covered <= 1024 * (1 + VT.MAX_TAIL_WASTE)
+    assert VT.tail_schemes(1024, 1, 12) == ((3,), (5,), (6,), (7,), (9,), (10,), (11,), (12,))
+    assert VT.tail_schemes(64, 2, 4) == ((1, 3), (2, 3), (11, 3), (22, 3))  # 66 rows; 4 divides 64
+    assert VT.tail_schemes(8, 2, 8) == ()  # no length wastes at most 1/32 of 8
+
+
+def _tail(steps, k):
+    p = int(np.prod(steps[k].lengths))
+    return steps[k].extent % p != 0
+
+
+def test_register_tiles_with_a_tail_build_and_match_numpy(monkeypatch):
+    """matmul 200x64x48 (200 rows: 6, 7, 12 ... do not divide it): with TAIL_TILE_PROB and
+    VECTOR_TILE_PROB at 1, the register tile's row length comes from tail_schemes in part of
+    the samples, within the register budget; such states build (loop partitioning removes the
+    guard from the main part) and agree with numpy."""
+    import scheduler_core as sc
+    from scheduler_core.search.search_task import Schedule
+
+    monkeypatch.setattr(VT, "VECTOR_TILE_PROB", 1.0)
+    monkeypatch.setattr(VT, "TAIL_TILE_PROB", 1.0)
+    args = W.matmul(200, 64, 48)
+    policy = make_policy(args)
+    lanes = vector_lanes(policy.task.hardware_params.vector_unit_bytes, "float32")
+    budget = vector_registers(policy.task.hardware_params.vector_unit_bytes) * 3 // 4
+    rng = np.random.default_rng(3)
+    with_tail = []
+    for sketch in generate_sketches(policy):
+        (tile,) = register_tiles(sketch)
+        for _ in range(12):
+            state = InitFillTileSize().apply(policy, sketch, rng)
+            steps = state.transform_steps
+            if any(_tail(steps, k) for k in tile.other_splits):
+                regs = row_registers(steps[tile.vector_split].lengths[-1], lanes) * \
+                    int(np.prod([steps[k].lengths[-1] for k in tile.other_splits]))
+                assert regs <= budget
+                with_tail.append(state)
+    assert len(with_tail) >= 6
+    a = np.random.default_rng(0).standard_normal((200, 48)).astype("float32")
+    b = np.random.default_rng(1).standard_normal((48, 64)).astype("float32")
+    for state in with_tail[:3]:
+        f = sc.build(Schedule(state), args, "llvm")
+        out = np.zeros((200, 64), np.float32)
+        f(a, b, out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
