@@ -80,7 +80,9 @@ def test_every_tuner_tunes_seed003_logs_and_the_best_applies(tmp_path, yuv_task,
     assert lines[-1].endswith(f",None,{indices[-1]}")
     if isinstance(tuner, autotvm.tuner.LGBMTuner):
         assert tuner.train_ct >= 1  # the model was trained and planned trials
-    s = check_best_applied(log)  # the log's best config, rebuilt: the tuner's best
+    with caplog.at_level(logging.INFO, logger="autotvm"):
+        s = check_best_applied(log)  # the log's best config, rebuilt: the tuner's best
+    assert f"Finish loading {n_trial} records" in [r.getMessage() for r in caplog.records]
     best_s, _ = yuv_task.instantiate(tuner.best_config)
     assert s.state.transform_steps == best_s.state.transform_steps
 
