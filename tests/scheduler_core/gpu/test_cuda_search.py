@@ -22,7 +22,7 @@ NO_NVCC = nvcc_available()
 def test_cuda_search_builds_every_candidate_and_records_no_device(tmp_path):
     log = tmp_path / "cuda.json"
     task = sc.SearchTask(compute_dag=sc.ComputeDAG(matmul_add(64, 64, 64)), target="cuda -arch=sm_80")
-    policy = sc.SketchPolicy(task, sc.RandomModel(), params=SketchPolicyParams(population=64, num_iters=1),
+    policy = sc.SketchPolicy(task, sc.RandomModel(), params=SketchPolicyParams(population=16, num_iters=1),
                              seed=0, verbose=0)
     # timeout_s: nvcc on a loaded 2-core machine can pass the default 10 s per build
     task.tune(sc.TuningOptions(num_measure_trials=4, num_measures_per_round=4, verbose=0, timeout_s=120,
