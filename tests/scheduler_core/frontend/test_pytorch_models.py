@@ -104,8 +104,8 @@ def test_library_node_inside_a_model_still_matches_when_compiled():
 def test_tune_mlp_a_few_trials_then_apply_history_best(tmp_path):
     module, xs, graph = tm.load("mlp", batch=8, d_in=64, hidden=32, d_out=10)
     log = str(tmp_path / "mlp.json")
-    sched, _ = tm.tune_model(graph, 4, log, num_measures_per_round=4, population=16, num_iters=1)
-    assert len(sched.tasks) == 3 and sum(sched.task_cts) == 12
+    sched, _ = tm.tune_model(graph, 2, log, num_measures_per_round=2, population=16, num_iters=1)
+    assert len(sched.tasks) == 3 and sum(sched.task_cts) == 6
     with sc.ApplyHistoryBest(log):
         lib = sc.build_graph(graph)
     sources = {lib.schedule_source(f.name) for _, _, f in graph.tir_calls()}
