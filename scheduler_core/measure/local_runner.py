@@ -315,7 +315,9 @@ def _to_measure_result(outcome, build_cost_s: float, timeout_s: float) -> Measur
     all_cost = float(build_cost_s) + outcome.wall_s
     now = time.time()
     if outcome.status == "ok":  # the worker's MeasureResult.to_json(); the wall time is the parent's
-        return replace(MeasureResult.from_json(outcome.value), all_cost=all_cost, timestamp=now)
+        # the timestamp is the worker's: when this candidate's run ended (as TVM's runner
+        # stamps each input), not when the whole batch did
+        return replace(MeasureResult.from_json(outcome.value), all_cost=all_cost)
     if outcome.status == "timeout":
         return failed_result(MeasureErrorNo.RUN_TIMEOUT, f"run exceeded timeout_s={timeout_s:g}: {outcome.value}",
                              all_cost, now)

@@ -97,6 +97,9 @@ def test_build_and_run_tiled_matmul(builder, runner, built):
         assert len(res.costs) == 2 and all(c > 0 for c in res.costs)
         assert res.all_cost > 0 and start - 1 <= res.timestamp <= time.time() + 1
     assert results[0].all_cost >= br.time_cost
+    # each candidate is stamped when its own run ended (one timing worker: in input order),
+    # not all with the time the batch ended
+    assert results[1].timestamp - results[0].timestamp >= sum(results[1].costs)  # its timed calls came between
 
 
 def test_build_errors_have_codes_and_pass_through_the_runner(builder, runner, built):
