@@ -83,9 +83,9 @@ class InitFillTileSize(PopulationGenerationRule):
     (its loops after the last reduction loop; the innermost one is what InitVectorization
     vectorizes) are drawn together in a share ``vector_tiles.VECTOR_TILE_PROB`` of the
     samples: a vectorized length that fills whole vectors and a tile whose vector
-    accumulators fit the registers (:func:`vector_tiles.sample_register_tile`), in part of
-    those with a row length that leaves a tail (``vector_tiles.tail_schemes``: 6 rows of
-    1024).  Fails on a symbolic extent or an illegal replay."""
+    accumulators fit the registers (:func:`vector_tiles.sample_register_tile`), with
+    ``vector_tiles.TAIL_TILE_PROB`` > 0 in part of those with a row length that leaves a tail
+    (``vector_tiles.tail_schemes``: 6 rows of 1024).  Fails on a symbolic extent or an illegal replay."""
 
     name = "InitFillTileSize"
 
