@@ -81,11 +81,11 @@ def _steps(client, task_id: str) -> list:
 def test_post_poll_best_artifact_resume(client, conn, tmp_path):
     worker = start_worker_process(conn, burst=False)
     try:
-        r = client.post("/tasks", json=_payload(6))
+        r = client.post("/tasks", json=_payload(4))
         assert r.status_code == 201, r.text
         created = r.json()
         job = _wait(client, created["job_id"])
-        assert job["state"] == "finished" and job["trials_done"] == 6, job
+        assert job["state"] == "finished" and job["trials_done"] == 4, job
         best = client.get(f"/tasks/{created['task_id']}/best").json()
         assert best["cost_s"] > 0 and "s[" in best["script"]
         so = tmp_path / "best.so"
