@@ -24,7 +24,7 @@
 #         4 the service on the GPU: tune worker + `autosched worker --gpu 0`, a cuda task through the queue
 #         5 LocalBuilder+LocalRunner on the device's arch; sticky-error and fork probes
 #         6 hand-scheduled 1024^3 matmul: time_evaluator vs raw event timing vs torch.matmul
-#         7 short tuning of matmul 1024 (64 trials), best vs torch
+#         7 short tuning: matmul 1024 (64 trials) and a conv2d (32 trials), each best vs torch
 #         8 the whole tests/scheduler_core/gpu folder, -m "not slow", 8 xdist workers
 set -u -o pipefail
 
@@ -420,47 +420,71 @@ EOF
   echo "rc=$?"
 
   if [ "$(left)" -gt 200 ]; then
-    step "7 short tuning: matmul 1024, 64 trials, cuda -arch=$ARCH (timeout 200 s)"
-    timeout 200 "$PY" - <<'EOF'
-import collections, os, tempfile, time, numpy as np
+    step "7 short tuning on cuda -arch=$ARCH: matmul 1024^3 (64 trials), conv2d 1x64x56x56 3x3 + bias + relu (32 trials), each beside torch (TF32 off) in this process (timeout $(( $(left) - 70 )) s)"
+    timeout $(( $(left) - 70 )) "$PY" - <<'EOF'
+import collections, os, tempfile, time, numpy as np, torch
+import torch.nn.functional as F
 import scheduler_core as sc
-from scheduler_core import te
 from scheduler_core.measure.record_file import load_records
 from sketch_rules import SketchPolicyParams
-arch, n = os.environ["ARCH"], 1024
-A = te.placeholder((n, n), name="A"); B = te.placeholder((n, n), name="B")
-k = te.reduce_axis((0, n), name="k")
-C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+from tests.workloads import conv2d_nchw, matmul
+arch = os.environ["ARCH"]
 target = f"cuda -arch={arch}"
-task = sc.SearchTask(compute_dag=sc.ComputeDAG([A, B, C]), target=target)
-log = os.path.join(tempfile.mkdtemp(), "mm.json")
-t = time.time()
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
 try:
     import lightgbm  # noqa: F401  (needs the system libgomp.so.1)
-    model = sc.LGBMModel(seed=0)
+    make_model = lambda: sc.LGBMModel(seed=0)
 except Exception as err:
     print("lightgbm unusable here, tuning with RandomModel:", err)
-    model = sc.RandomModel()
-# a smaller evolutionary search than the default (2048 x 4): on a loaded 2-core box one round of the
-# default took ~60 s of CPU; the point here is the GPU measurements, not the search
-policy = sc.SketchPolicy(task, model, params=SketchPolicyParams(population=512, num_iters=2), seed=0, verbose=0)
-task.tune(sc.TuningOptions(num_measure_trials=64, num_measures_per_round=32, verbose=1, timeout_s=30,
-                           measure_callbacks=[sc.RecordToFile(log)]), search_policy=policy)
-recs = load_records(log)
-print(f"tuned in {time.time() - t:.0f} s; error_no counts:", collections.Counter(int(r.error_no) for _, r in recs))
-for _, r in recs:
-    if r.error_no:
-        print("first error:", r.error_no, r.error_msg[:400]); break
-sch, args = task.apply_best(log)
-mod = sc.build(sch, args, target)
-dev = sc.cuda(0)
+    make_model = sc.RandomModel
+def torch_time(fn):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(100):
+        fn()
+    e.record(); e.synchronize()
+    return s.elapsed_time(e) / 100 / 1e3
 rng = np.random.default_rng(0)
+n = 1024
 a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-arrs = [sc.nd.array(a, dev), sc.nd.array(b, dev), sc.nd.array(np.zeros((n, n), np.float32), dev)]
-mod(*arrs)
-ok = np.allclose(arrs[2].numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
-t_best = float(np.median(mod.time_evaluator(mod.entry_name, dev, number=20, repeat=5, min_repeat_ms=50)(*arrs).results))
-print(f"best tuned: correct={ok} {t_best * 1e6:.1f} us ({2 * n ** 3 / t_best / 1e12:.2f} TFLOP/s)")
+x, w, bias = (rng.random((1, 64, 56, 56), dtype=np.float32), rng.random((64, 64, 3, 3), dtype=np.float32) - 0.5,
+              rng.random(64, dtype=np.float32))
+ta, tb, tx, tw, tbias = (torch.from_numpy(v).cuda() for v in (a, b, x, w, bias))
+cases = [("matmul 1024^3", matmul(n, n, n), 64, [a, b, np.zeros((n, n), np.float32)], 2 * n ** 3,
+          lambda: torch.matmul(ta, tb), lambda: a.astype(np.float64) @ b),
+         ("conv2d 1x64x56x56 k3 +bias+relu", conv2d_nchw(1, 64, 56, 56, 64, 3, 3), 32,
+          [x, w, bias, np.zeros((1, 64, 56, 56), np.float32)], 2 * 64 * 56 * 56 * 64 * 9,
+          lambda: torch.relu(F.conv2d(tx, tw, tbias, padding=1)),
+          lambda: torch.relu(F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                                      torch.from_numpy(bias).double(), padding=1)).numpy())]
+for name, tensors, trials, host, flop, torch_fn, ref_fn in cases:
+    task = sc.SearchTask(compute_dag=sc.ComputeDAG(tensors), target=target)
+    log = os.path.join(tempfile.mkdtemp(), "t.json")
+    t = time.time()
+    # a smaller evolutionary search than the default (2048 x 4): the point here is the GPU
+    # measurements, not the search
+    policy = sc.SketchPolicy(task, make_model(), params=SketchPolicyParams(population=512, num_iters=2), seed=0, verbose=0)
+    task.tune(sc.TuningOptions(num_measure_trials=trials, num_measures_per_round=32, verbose=1, timeout_s=30,
+                               measure_callbacks=[sc.RecordToFile(log)]), search_policy=policy)
+    recs = load_records(log)
+    print(f"{name}: tuned in {time.time() - t:.0f} s; error_no counts:", dict(collections.Counter(int(r.error_no) for _, r in recs)))
+    for _, r in recs:
+        if r.error_no:
+            print("  first error:", r.error_no, r.error_msg[:400]); break
+    sch, args = task.apply_best(log)
+    mod = sc.build(sch, args, target)
+    dev = sc.cuda(0)
+    arrs = [sc.nd.array(v, dev) for v in host]
+    mod(*arrs)
+    ok = np.allclose(arrs[-1].numpy(), ref_fn(), rtol=1e-4, atol=1e-3)
+    t_best = float(np.median(mod.time_evaluator(mod.entry_name, dev, number=20, repeat=5, min_repeat_ms=50)(*arrs).results))
+    t_torch = torch_time(torch_fn)
+    print(f"  best tuned: correct={ok} {t_best * 1e6:.1f} us ({flop / t_best / 1e12:.2f} TFLOP/s) | torch {t_torch * 1e6:.1f} us "
+          f"({flop / t_torch / 1e12:.2f} TFLOP/s) | ours/torch time {t_best / t_torch:.2f}")
 EOF
     echo "rc=$?"
   else

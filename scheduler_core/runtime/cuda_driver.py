@@ -4,7 +4,8 @@
     device_attributes(index) -> {name, compute_version, max_threads_per_block, ...}
     device_hardware_params(index) -> HardwareParams of the device itself
     PTX or cubin bytes --load_kernels--> {kernel name: pycuda Function}
-    launch(functions, symbol, args, grid, block)    one kernel launch
+    launch(functions, symbol, args, grid, block)    one kernel launch, waited for
+    LaunchSequence(functions, [KernelCall...])      launches prepared once, enqueued many times
     time_launches(...) -> seconds per call, measured with CUDA events
 
 pycuda is the optional extra ``.[cuda]`` (it builds only where the NVIDIA driver is
@@ -195,13 +196,67 @@ def launch(functions: dict[str, Any], symbol: str, args: Sequence[Any], grid: Se
         drv.Context.synchronize()
 
 
-def time_launches(run, number: int, repeat: int, min_repeat_ms: float, index: int = 0) -> list[float]:
-    """Seconds per call of ``run()`` (which launches kernels), ``repeat`` times, with CUDA events.
+@dataclasses.dataclass(frozen=True)
+class KernelCall:
+    """One kernel launch: kernel ``symbol``, ``args`` (DeviceBuffers and numpy int32/int64
+    scalars, in the kernel's parameter order), ``grid`` and ``block`` (3 ints each)."""
 
-    One warm-up call first; ``number`` grows until a measurement lasts ``min_repeat_ms``.
+    symbol: str
+    args: tuple
+    grid: tuple
+    block: tuple
+
+
+class LaunchSequence:
+    """Kernel launches prepared once, to be enqueued many times (what ``time_evaluator`` times).
+
+    functions: from :func:`load_kernels`; calls: KernelCalls in order; keep: objects (the
+    intermediate DeviceBuffers) that must live as long as the sequence.  Each kernel's argument
+    format is set once (pycuda's ``Function.prepare``) and the raw arguments converted once, so
+    ``enqueue()`` only hands each launch to the driver: no argument inspection, no context
+    switch, no allocation, no synchronisation.  ``enqueue()`` must run with the device's
+    context current (inside :func:`device_context`, as :func:`time_launches` does); calling the
+    sequence makes it current, enqueues and waits.  KeyError when a kernel is not in ``functions``.
+    """
+
+    def __init__(self, functions: dict[str, Any], calls: Sequence[KernelCall], index: int = 0,
+                 keep: Sequence[Any] = ()):
+        self.index, self._keep = index, list(keep)
+        self._steps: list[tuple[Any, tuple, tuple, list]] = []
+        for c in calls:
+            fn = functions[c.symbol]
+            fmt = "".join("P" if isinstance(a, DeviceBuffer) else np.dtype(a.dtype).char for a in c.args)
+            fn.prepare(fmt)
+            raw = [int(a._alloc) if isinstance(a, DeviceBuffer) else a for a in c.args]
+            self._steps.append((fn, tuple(int(g) for g in c.grid), tuple(int(b) for b in c.block), raw))
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def enqueue(self) -> None:
+        """Launch every kernel on the default stream, in order, without waiting."""
+        for fn, grid, block, raw in self._steps:
+            fn.prepared_async_call(grid, block, None, *raw)
+
+    def __call__(self) -> None:
+        """Launch every kernel and wait for the last; a fault in any of them raises here."""
+        if not self._steps:
+            return
+        with device_context(self.index) as drv:
+            self.enqueue()
+            drv.Context.synchronize()
+
+
+def time_launches(run, number: int, repeat: int, min_repeat_ms: float, index: int = 0) -> list[float]:
+    """Seconds per call of ``run()`` (which enqueues kernels and does not wait for them), ``repeat``
+    times, with CUDA events recorded around ``number`` back-to-back calls.
+
+    One warm-up call first, waited for; ``number`` grows until a measurement lasts
+    ``min_repeat_ms``.  A fault in a kernel raises when the end event is waited for.
     """
     with device_context(index) as drv:
         run()
+        drv.Context.synchronize()
         results = []
         for _ in range(repeat):
             n = number

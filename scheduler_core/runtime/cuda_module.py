@@ -17,6 +17,7 @@ a kernel is launched on a GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr_functor import substitute
 from scheduler_core.ir.simplify import const_value, simplify
 
-from .cuda_driver import DeviceBuffer, launch, load_kernels, time_launches  # pycuda loads on first use
+from .cuda_driver import DeviceBuffer, KernelCall, LaunchSequence, load_kernels, time_launches  # pycuda loads on first use
 from .device import Device, device
 from .ndarray import NDArray
 from .signature import Signature
@@ -177,7 +178,11 @@ class CudaModule:
     def time_evaluator(self, func_name: str, dev: Device | str, number: int = 10, repeat: int = 1,
                        min_repeat_ms: float = 0, enable_cpu_cache_flush: bool = False) -> Callable:
         """TVM's ``time_evaluator`` on a CUDA device: ``f(*args) -> ProfileResult`` (seconds),
-        timed with CUDA events around ``number`` back-to-back launches after one warm-up."""
+        timed with CUDA events around ``number`` back-to-back calls after one warm-up.
+
+        The host code is walked, intermediates allocated and kernel arguments packed once per
+        ``f(*args)``, before the timed loop; inside it each call only enqueues its launches
+        (no synchronisation, no allocation), so a small kernel is not timed with host work."""
         self.get_function(func_name)
         check_timing_args(number, repeat, min_repeat_ms)
         dev = device(dev)
@@ -187,14 +192,15 @@ class CudaModule:
         dev.check_usable()
 
         def evaluator(*args) -> ProfileResult:
-            run = self._launcher(args)
-            results = time_launches(run, number, repeat, min_repeat_ms, dev.index)
+            launches = self._launcher(args)
+            results = time_launches(launches.enqueue, number, repeat, min_repeat_ms, dev.index)
             return ProfileResult(float(np.mean(results)), tuple(results))
         return evaluator
 
-    def _launcher(self, args: tuple) -> Callable[[], None]:
-        """Check ``args`` (CUDA NDArrays on one device, then optional sizes); a closure that runs
-        the host code of the kernel form, launching each kernel where it stands."""
+    def _launcher(self, args: tuple) -> LaunchSequence:
+        """Check ``args`` (CUDA NDArrays on one device, then optional sizes); the host code of
+        the kernel form walked once for these sizes (:func:`plan_host`) and bound to their
+        memory: calling it launches every kernel and waits, ``.enqueue()`` only launches."""
         n_buf = len(self.signature.params)
         if len(args) not in (n_buf, n_buf + len(self.signature.scalar_params)):
             raise RuntimeArgumentError(f"{self.entry_name} takes {n_buf} array arguments, got {len(args)}")
@@ -223,8 +229,10 @@ class CudaModule:
         for name, given in zip(self.signature.scalar_params, args[n_buf:]):
             bound[name] = int(given)
         dev_index = index or 0
-        kernels = self._load(dev_index)
-        return lambda: run_host(self.kernel_func, self.launch["kernels"], kernels, buffers, bound, dev_index)
+        plan = plan_host(self.kernel_func, self.launch["kernels"], bound)
+        if not plan.calls:
+            return LaunchSequence({}, [], dev_index)
+        return prepare_host(plan, self._load(dev_index), buffers, dev_index)
 
     def _load(self, index: int) -> dict:
         if index not in self._kernels:
@@ -287,19 +295,33 @@ def launch_dims(kernel: T.For, env: dict) -> tuple[list[int], list[int]]:
     return grid, block
 
 
-def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dict, bound: dict,
-             index: int) -> None:
-    """Run the host code of the kernel-form ``func`` on CUDA device ``index``.
+@dataclasses.dataclass(frozen=True)
+class HostPlan:
+    """The host code of a kernel-form program for one binding of its sizes, flattened.
 
-    Serial loops, conditions and lets around kernels run here with ``bound`` (symbolic size
-    name -> int); each kernel nest (a loop with ``annotations["kernel"]``) is launched with
-    the arguments its launch description names, unless a grid or block extent is 0 (nothing
-    to run; ``cuLaunchKernel`` would fail with "invalid argument").  Intermediate global buffers are allocated
-    where the program allocates them.
+    calls: the kernel launches in program order, each ``KernelCall(symbol, args, grid,
+    block)`` where an arg is ``("buffer", name)`` (a parameter or an intermediate) or a numpy
+    int32/int64 scalar; allocations: ``(name, shape, dtype)`` of the intermediate global
+    buffers the program allocates.  The host code reads only sizes (never device memory),
+    so one walk gives every launch of every later call with the same sizes.
+    """
+
+    calls: tuple[KernelCall, ...]
+    allocations: tuple[tuple[str, tuple[int, ...], str], ...]
+
+
+def plan_host(func: T.PrimFunc, kernels_desc: list, bound: dict) -> HostPlan:
+    """Walk the host code of the kernel-form ``func`` once with ``bound`` (symbolic size name ->
+    int): serial loops, conditions and lets around kernels are evaluated here; each kernel nest
+    (a loop with ``annotations["kernel"]``) becomes a KernelCall with the arguments its launch
+    description names, unless a grid or block extent is 0 (nothing to run; ``cuLaunchKernel``
+    would fail with "invalid argument").  Raises DeviceRuntimeError on a host expression that is
+    not an integer or a statement the host cannot run.
     """
     by_name = {d["name"]: d for d in kernels_desc}
     env: dict = {v: bound[v.name] for v in func.scalar_params if v.name in bound}
-    scratch: dict[str, Any] = {}
+    calls: list[KernelCall] = []
+    allocations: list[tuple[str, tuple[int, ...], str]] = []
 
     def go(s: T.Stmt) -> None:
         if isinstance(s, T.SeqStmt):
@@ -311,14 +333,14 @@ def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dic
             if min(grid) <= 0 or min(block) <= 0:
                 return  # a loop of no iterations (a size bound to 0): CUDA refuses an empty launch
             names = {v.name: x for v, x in env.items()}
-            args = []
+            args: list[Any] = []
             for a in desc["args"]:
                 if a["kind"] in ("param", "intermediate"):
-                    args.append(buffers.get(a["name"]) or scratch[a["name"]])
+                    args.append(("buffer", a["name"]))
                 else:
                     args.append(np.int64(names[a["name"]]) if a.get("dtype") == "int64"
                                 else np.int32(names[a["name"]]))
-            launch(functions, desc["symbol"], args, grid, block, index)
+            calls.append(KernelCall(desc["symbol"], tuple(args), tuple(grid), tuple(block)))
         elif isinstance(s, T.For):
             lo = host_value(s.min, env)
             for v in range(lo, lo + host_value(s.extent, env)):
@@ -334,8 +356,7 @@ def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dic
             env[s.var] = host_value(s.value, env)
             go(s.body)
         elif isinstance(s, T.Allocate):
-            shape = [host_value(d, env) for d in s.buffer.shape]
-            scratch[s.buffer.name] = DeviceBuffer(shape, s.buffer.dtype, index)
+            allocations.append((s.buffer.name, tuple(host_value(d, env) for d in s.buffer.shape), s.buffer.dtype))
             go(s.body)
         elif isinstance(s, T.Evaluate):
             pass
@@ -343,3 +364,26 @@ def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dic
             raise DeviceRuntimeError(f"unexpected host statement {type(s).__name__} in {func.name}")
 
     go(func.body)
+    return HostPlan(tuple(calls), tuple(allocations))
+
+
+def prepare_host(plan: HostPlan, functions: dict, buffers: dict, index: int) -> LaunchSequence:
+    """The launches of ``plan`` bound to device memory: ``buffers`` (parameter name ->
+    DeviceBuffer) and a new DeviceBuffer for each intermediate, allocated here once; the
+    returned LaunchSequence owns them.  KeyError when a kernel is missing from ``functions``."""
+    memory = dict(buffers)
+    for name, shape, dtype in plan.allocations:
+        memory[name] = DeviceBuffer(shape, dtype, index)
+    calls = [KernelCall(c.symbol, tuple(memory[a[1]] if isinstance(a, tuple) else a for a in c.args), c.grid, c.block)
+             for c in plan.calls]
+    return LaunchSequence(functions, calls, index, keep=list(memory.values()))
+
+
+def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dict, bound: dict,
+             index: int) -> None:
+    """Run the host code of the kernel-form ``func`` on CUDA device ``index`` once and wait for
+    it: :func:`plan_host`, then :func:`prepare_host`, then the launches (nothing is launched,
+    and no device touched, when the plan has no kernel call)."""
+    plan = plan_host(func, kernels_desc, bound)
+    if plan.calls:
+        prepare_host(plan, functions, buffers, index)()
