@@ -32,7 +32,13 @@ from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr_functor import substitute
 from scheduler_core.ir.simplify import const_value, simplify
 
-from .cuda_driver import DeviceBuffer, KernelCall, LaunchSequence, load_kernels, time_launches  # pycuda loads on first use
+from .cuda_driver import (  # pycuda loads on first use
+    DeviceBuffer,
+    KernelCall,
+    LaunchSequence,
+    load_kernels,
+    time_launches,
+)
 from .device import Device, device
 from .ndarray import NDArray
 from .signature import Signature
