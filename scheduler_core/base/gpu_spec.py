@@ -18,6 +18,7 @@ from __future__ import annotations
 
 __all__ = ["BLOCK_TAGS", "THREAD_TAGS", "GPU_TAGS", "VTHREAD", "GPU_LOOP_KINDS", "MAX_LAUNCH_DIM",
            "CUDA_MAX_THREADS_PER_BLOCK", "CUDA_MAX_SHARED_MEMORY_PER_BLOCK", "CUDA_MAX_VECTOR_BYTES",
+           "CUDA_MAX_LOCAL_MEMORY_PER_THREAD",
            "CUDA_DEFAULT_ARCH",
            "BLOCK_DIM_MAX", "GRID_DIM_MAX"]
 
@@ -37,4 +38,5 @@ BLOCK_DIM_MAX = tuple(MAX_LAUNCH_DIM[t] for t in THREAD_TAGS)  # threadIdx.x, .y
 CUDA_MAX_THREADS_PER_BLOCK = 1024  # threads in one block (the product of its dimensions)
 CUDA_MAX_SHARED_MEMORY_PER_BLOCK = 48 * 1024  # bytes of static shared memory per block
 CUDA_MAX_VECTOR_BYTES = 16  # float4 / int4: CUDA's widest single load or store
+CUDA_MAX_LOCAL_MEMORY_PER_THREAD = 512 * 1024  # bytes of local memory one thread may use (every arch since sm_20)
 CUDA_DEFAULT_ARCH = "sm_80"  # an A100

@@ -105,7 +105,10 @@ CUDA_ARCHS = {
     "sm_70": _arch(96), "sm_72": _arch(96), "sm_75": _arch(64),
     "sm_80": _arch(163), "sm_86": _arch(99), "sm_87": _arch(163), "sm_89": _arch(99),
     "sm_90": _arch(227),
+    "sm_100": _arch(227), "sm_103": _arch(227), "sm_110": _arch(227), "sm_120": _arch(99), "sm_121": _arch(99),
 }
+# nvcc 13 compiles for sm_75 and newer only; the older rows serve records and targets made with
+# an older CUDA (building for them here needs that nvcc: driver/nvcc.py says so).
 
 
 def arch_of_compute_capability(text: str) -> str | None:

@@ -12,7 +12,9 @@ Reading guide (TVM's ``CodeGenCUDA``, ``src/target/source/codegen_cuda.cc``, in 
   ``cuda_literals``, math names ``cuda_intrinsics``, identifiers ``cuda_names``):
   GPU-tagged loops are not loops, their variable reads ``threadIdx.x`` / ``blockIdx.x`` (a
   loop of a thread tag shorter than the launch dimension is guarded by
-  ``if (threadIdx.x < extent)``); ``shared`` allocations become ``__shared__`` arrays,
+  ``if (threadIdx.x < extent)``); ``shared`` allocations become ``__shared__`` arrays
+  (or, when a kernel needs more than the 48 KiB a block may declare statically, slices of
+  one ``extern __shared__`` array of dynamic shared memory that the launch asks for),
   ``local`` ones per-thread arrays (registers); ``Barrier`` is ``__syncthreads()``;
   unrolled and vectorized loops that are still loops carry ``#pragma unroll``;
 * integer widths, floor division and math calls: ``cuda_expr``;
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from scheduler_core.base.c_names import comment_text
 from scheduler_core.base.errors import BuildError, InvalidTargetError
-from scheduler_core.base.gpu_spec import GPU_TAGS, MAX_LAUNCH_DIM
+from scheduler_core.base.gpu_spec import CUDA_MAX_SHARED_MEMORY_PER_BLOCK, GPU_TAGS, MAX_LAUNCH_DIM
 from scheduler_core.base.target import Target
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import expr_functor as EF
@@ -176,6 +178,12 @@ class _KernelPrinter(CudaExprPrinter):
         if b.dtype == "float16":
             self.features.add("fp16")
         align = self.aligned_bufs.get(b)
+        if b.scope == "shared" and b in self.dynamic_offsets:
+            # a slice of the block's dynamic shared memory (print_kernel declares it)
+            self.emit(f"{c_type(b.dtype)}* {name} = ({c_type(b.dtype)}*)({self.dynamic_name} + "
+                      f"{self.dynamic_offsets[b]});")
+            self.stmt(s.body)
+            return
         prefix = "__shared__ " if b.scope == "shared" else ""
         attr = f"__align__({align}) " if align else ""
         self.emit(f"{prefix}{attr}{c_type(b.dtype)} {name}[{max(n, 1)}];")
@@ -320,6 +328,10 @@ def print_kernel(k: CudaKernel, func: T.PrimFunc, fast_math: bool, helpers: set,
     p = _KernelPrinter(k, names, fast_math, helpers, features)
     names.taken.add(k.symbol)
     p.aligned_bufs = _aligned_buffers(k.stmt)
+    p.dynamic_offsets, p.dynamic_name = {}, ""
+    if k.shared_bytes > CUDA_MAX_SHARED_MEMORY_PER_BLOCK:
+        p.dynamic_name = names.fresh("dyn_shared")
+        p.dynamic_offsets, k.dynamic_shared_bytes = dynamic_shared_layout(k.stmt)
     params = _buffer_params(p, k)
     host_rng = _host_ranges(p, k, func)
     # Host lets the kernel needs that are not passed: recomputed in the kernel.
@@ -343,11 +355,33 @@ def print_kernel(k: CudaKernel, func: T.PrimFunc, fast_math: bool, helpers: set,
     threads = k.threads
     bounds = f"__launch_bounds__({threads}) " if threads is not None else ""
     sig = f'extern "C" __global__ void {bounds}{k.symbol}({", ".join(params)}) {{'
+    if p.dynamic_offsets:
+        sig += (f"\n  // {k.dynamic_shared_bytes} bytes of shared memory: more than the "
+                f"{CUDA_MAX_SHARED_MEMORY_PER_BLOCK} a block may declare statically, so it is dynamic "
+                "(the launch opts in)"
+                f"\n  extern __shared__ __align__({DYNAMIC_SHARED_ALIGN}) unsigned char {p.dynamic_name}[];")
     for var, value in recompute:
         p._let(var, value)
     p.stmt(k.stmt)
     k.param_types = param_types
     return "\n".join([sig] + p.lines + ["}"])
+
+
+DYNAMIC_SHARED_ALIGN = 16  # bytes: the widest vector access (float4) of a shared buffer
+
+
+def dynamic_shared_layout(stmt: T.Stmt) -> tuple[dict, int]:
+    """``({shared buffer: byte offset}, total bytes)``: every ``shared`` allocation of a kernel
+    placed one after another in its dynamic shared memory, each at a multiple of
+    ``DYNAMIC_SHARED_ALIGN`` (no reuse between allocations, as static ``__shared__`` arrays)."""
+    offsets: dict = {}
+    total = 0
+    for st in T.walk_stmts(stmt):
+        if isinstance(st, T.Allocate) and st.buffer.scope == "shared" and st.buffer not in offsets:
+            total = -(-total // DYNAMIC_SHARED_ALIGN) * DYNAMIC_SHARED_ALIGN
+            offsets[st.buffer] = total
+            total += max(alloc_elements(st.buffer), 1) * T.dtype_bytes(st.buffer.dtype)
+    return offsets, total
 
 
 def _buffer_params(p: _KernelPrinter, k: CudaKernel) -> list:

@@ -75,6 +75,8 @@ class CudaExprPrinter:
         self.buf_names: dict = {}  # Buffer -> C name
         self.dims = gpu_dims(kernel.stmt)
         self.aligned_bufs: dict = {}  # Buffer -> alignment bytes (vector accesses)
+        self.dynamic_offsets: dict = {}  # shared Buffer -> byte offset in dynamic shared memory
+        self.dynamic_name = ""  # the extern __shared__ array those offsets index
         self._memo_range: dict = {}
         self._memo_wide: dict = {}
         self._memo_lanes: dict = {}

@@ -50,6 +50,7 @@ class CudaKernel:
     shared_bytes: int
     launch: dict = field(default_factory=dict)
     param_types: list = field(default_factory=list)  # dtype of each scalar param in the source
+    dynamic_shared_bytes: int = 0  # > 0: its shared buffers live in dynamic shared memory (set by codegen)
 
     @property
     def threads(self) -> int | None:

@@ -6,7 +6,8 @@
 The host side of TVM's ``SplitHostDevice`` / ``LowerDeviceKernelLaunch``
 (``src/tir/transforms/lower_device_kernel_launch.cc``): per kernel in launch order its
 symbol in :func:`cuda_codegen.cuda_source`'s text, grid and block (ints, or expression
-strings of the scalar params), static shared bytes, and where each argument comes from.
+strings of the scalar params), shared bytes (and how many of them are dynamic shared memory,
+which the launch must ask for), and where each argument comes from.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def _json_dim(d) -> int | str:
 def launch_description(func: T.PrimFunc) -> dict:
     """What a runtime needs to run the source of :func:`cuda_source`: the function's buffer and
     scalar parameters, the intermediate global buffers to allocate, and per kernel (in launch
-    order) its symbol, grid, block, static shared bytes and arguments.  ``grid``/``block``
+    order) its symbol, grid, block, ``shared_bytes`` (all its shared buffers),
+    ``dynamic_shared_bytes`` (0, or the dynamic shared memory the launch must ask for when
+    ``shared_bytes`` exceeds the 48 KiB of static shared memory) and arguments.  ``grid``/``block``
     entries are ints, or expression strings of the scalar params."""
     kernels, intermediates = program_kernels(func)
     assign_symbols(kernels)
@@ -62,6 +65,7 @@ def launch_description(func: T.PrimFunc) -> dict:
             "grid": list(launch.get("grid", [_json_dim(d) for d in k.grid])),
             "block": list(launch.get("block", [_json_dim(d) for d in k.block])),
             "shared_bytes": launch.get("shared_bytes", k.shared_bytes),
+            "dynamic_shared_bytes": launch.get("dynamic_shared_bytes", k.dynamic_shared_bytes),
             "params": list(launch.get("params", [b.name for b in k.buffers] + [v.name for v in k.scalars])),
             "args": args,
         })

@@ -17,7 +17,9 @@ program is refused when, for some kernel,
 * its static shared memory (the launch description's ``shared_bytes``, or what ptxas
   reports when larger) exceeds ``max_shared_memory_per_block``;
 * its local memory per block (the bytes of its ``local`` allocations times its threads)
-  exceeds ``max_local_memory_per_block`` (TVM: INT32_MAX);
+  exceeds ``max_local_memory_per_block`` (TVM: INT32_MAX), or its local memory per thread
+  exceeds CUDA's 512 KiB (``CUDA_MAX_LOCAL_MEMORY_PER_THREAD``: the driver refuses such a
+  launch);
 * a vectorized access moves more than ``max_vector_bytes`` (16: CUDA's widest load,
   ``float4``) -- a vectorized loop's extent times the element size of an access in it, or
   a ``Ramp`` index's lanes times it;
@@ -37,7 +39,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core.base.errors import BuildError
-from scheduler_core.base.gpu_spec import BLOCK_DIM_MAX, CUDA_MAX_VECTOR_BYTES, GRID_DIM_MAX
+from scheduler_core.base.gpu_spec import (
+    BLOCK_DIM_MAX,
+    CUDA_MAX_LOCAL_MEMORY_PER_THREAD,
+    CUDA_MAX_VECTOR_BYTES,
+    GRID_DIM_MAX,
+)
 from scheduler_core.base.target import HardwareParams, Target
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import expr_functor as EF
@@ -248,7 +255,11 @@ def gpu_program_problems(module: Any, target: Any, hardware_params: HardwarePara
             add("shared_memory", name, k["shared_bytes"], lim.max_shared_memory_per_block,
                 f"kernel {name} uses {k['shared_bytes']} bytes of shared memory per block, more than "
                 f"max_shared_memory_per_block={lim.max_shared_memory_per_block}")
-        if threads is not None and k["local_bytes"] * threads > lim.max_local_memory_per_block:
+        if k["local_bytes"] > CUDA_MAX_LOCAL_MEMORY_PER_THREAD:
+            add("local_memory", name, k["local_bytes"], CUDA_MAX_LOCAL_MEMORY_PER_THREAD,
+                f"kernel {name} uses {k['local_bytes']} bytes of local memory per thread, more than CUDA's "
+                f"{CUDA_MAX_LOCAL_MEMORY_PER_THREAD} per thread")
+        elif threads is not None and k["local_bytes"] * threads > lim.max_local_memory_per_block:
             add("local_memory", name, k["local_bytes"] * threads, lim.max_local_memory_per_block,
                 f"kernel {name} uses {k['local_bytes']} bytes of local memory per thread x {threads} threads, "
                 f"more than max_local_memory_per_block={lim.max_local_memory_per_block}")

@@ -11,6 +11,7 @@ offending source line.  No GPU is needed: nvcc and ptxas only compile.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -151,12 +152,31 @@ def compile_cuda(source: str, arch: str = CUDA_DEFAULT_ARCH, fmt: str = "ptx", o
         res = _run(cmd, tmp, "nvcc", timeout)
         if res.returncode != 0 or not os.path.exists(out):
             msg = _explain(res.stderr + res.stdout, source, tmp)
+            if "Unsupported gpu architecture" in msg:
+                codes = nvcc_gpu_codes()
+                msg += (f"\nthis nvcc compiles for {', '.join(codes) or 'no arch it lists'} (nvcc --list-gpu-code); "
+                        "CUDA 13 dropped sm_50-sm_72: build for those with an older CUDA toolkit")
             raise BuildError(f"nvcc failed (exit {res.returncode}) compiling CUDA source for {arch}:\n{msg}")
         with open(out, "rb") as f:
             data = f.read()
     with _lock:
         _compile_cache[key] = data
     return data
+
+
+@functools.cache
+def nvcc_gpu_codes() -> tuple[str, ...]:
+    """The ``sm_XY`` archs this nvcc builds cubins for (``nvcc --list-gpu-code``), oldest first;
+    () when nvcc is missing or too old to list them."""
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        return ()
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    codes = set(re.findall(r"\bsm_(\d+)\b", out))
+    return tuple(f"sm_{c}" for c in sorted(codes, key=int))
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

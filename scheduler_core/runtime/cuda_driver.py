@@ -32,6 +32,7 @@ from scheduler_core.base.errors import DeviceRuntimeError
 from scheduler_core.base.target import HardwareParams, Target
 
 _LOCK = threading.Lock()
+DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # what a kernel may use without setting MAX_DYNAMIC_SHARED_SIZE_BYTES
 _CONTEXTS: dict[int, Any] = {}
 
 
@@ -199,12 +200,14 @@ def launch(functions: dict[str, Any], symbol: str, args: Sequence[Any], grid: Se
 @dataclasses.dataclass(frozen=True)
 class KernelCall:
     """One kernel launch: kernel ``symbol``, ``args`` (DeviceBuffers and numpy int32/int64
-    scalars, in the kernel's parameter order), ``grid`` and ``block`` (3 ints each)."""
+    scalars, in the kernel's parameter order), ``grid`` and ``block`` (3 ints each), and the
+    bytes of dynamic shared memory per block (``extern __shared__``; 0 for none)."""
 
     symbol: str
     args: tuple
     grid: tuple
     block: tuple
+    dynamic_shared_bytes: int = 0
 
 
 class LaunchSequence:
@@ -222,21 +225,32 @@ class LaunchSequence:
     def __init__(self, functions: dict[str, Any], calls: Sequence[KernelCall], index: int = 0,
                  keep: Sequence[Any] = ()):
         self.index, self._keep = index, list(keep)
-        self._steps: list[tuple[Any, tuple, tuple, list]] = []
+        self._steps: list[tuple[Any, tuple, tuple, list, int]] = []
         for c in calls:
             fn = functions[c.symbol]
             fmt = "".join("P" if isinstance(a, DeviceBuffer) else np.dtype(a.dtype).char for a in c.args)
             fn.prepare(fmt)
+            if c.dynamic_shared_bytes > DEFAULT_DYNAMIC_SHARED_BYTES:
+                # more than 48 KiB of dynamic shared memory needs the kernel's opt-in
+                with device_context(index) as drv:
+                    try:
+                        fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         int(c.dynamic_shared_bytes))
+                    except Exception as err:  # pycuda.driver.Error: more than this device allows
+                        raise DeviceRuntimeError(
+                            f"kernel {c.symbol} needs {c.dynamic_shared_bytes} bytes of shared memory per "
+                            f"block, more than CUDA device {index} allows: {err}") from None
             raw = [int(a._alloc) if isinstance(a, DeviceBuffer) else a for a in c.args]
-            self._steps.append((fn, tuple(int(g) for g in c.grid), tuple(int(b) for b in c.block), raw))
+            self._steps.append((fn, tuple(int(g) for g in c.grid), tuple(int(b) for b in c.block), raw,
+                                int(c.dynamic_shared_bytes)))
 
     def __len__(self) -> int:
         return len(self._steps)
 
     def enqueue(self) -> None:
         """Launch every kernel on the default stream, in order, without waiting."""
-        for fn, grid, block, raw in self._steps:
-            fn.prepared_async_call(grid, block, None, *raw)
+        for fn, grid, block, raw, shared in self._steps:
+            fn.prepared_async_call(grid, block, None, *raw, shared_size=shared)
 
     def __call__(self) -> None:
         """Launch every kernel and wait for the last; a fault in any of them raises here."""

@@ -141,6 +141,7 @@ class CudaModule:
         self.imported_modules: list = [device_module]
         self._emulator = _once(emulator)
         self._kernels: dict[int, dict] = {}
+        self._stored_names: set[str] | None = None
         self.warnings: list = []
 
     @property
@@ -232,6 +233,7 @@ class CudaModule:
                 if isinstance(d, str) and bound.setdefault(d, got) != got:
                     raise RuntimeArgumentError(f"argument {i} ({p.name}): {d} = {got} contradicts {bound[d]}")
             buffers[p.name] = a.device_buffer()
+        self._check_no_aliasing(buffers)
         for name, given in zip(self.signature.scalar_params, args[n_buf:]):
             bound[name] = int(given)
         dev_index = index or 0
@@ -239,6 +241,25 @@ class CudaModule:
         if not plan.calls:
             return LaunchSequence({}, [], dev_index)
         return prepare_host(plan, self._load(dev_index), buffers, dev_index)
+
+    def _check_no_aliasing(self, buffers: dict) -> None:
+        """RuntimeArgumentError when two parameters share device memory and a kernel writes
+        one of them: the kernels declare every buffer ``__restrict__`` (as TVM's ``tir.noalias``
+        functions), so nvcc may keep a value read through one in a register across a write
+        through the other, and the result would be silently wrong."""
+        seen: dict[int, str] = {}
+        for name, buf in buffers.items():
+            other = seen.setdefault(buf.ptr, name)
+            if other == name:
+                continue
+            if self._stored_names is None:
+                self._stored_names = {st.buffer.name for st in T.walk_stmts(self.kernel_func.body)
+                                      if isinstance(st, T.Store)}
+            if {name, other} & self._stored_names:
+                raise RuntimeArgumentError(
+                    f"arguments {other} and {name} are the same device memory, and the program writes "
+                    f"{other if other in self._stored_names else name}: its kernels assume their buffers do "
+                    "not overlap (__restrict__); pass a separate array for the output")
 
     def _load(self, index: int) -> dict:
         if index not in self._kernels:
@@ -346,7 +367,8 @@ def plan_host(func: T.PrimFunc, kernels_desc: list, bound: dict) -> HostPlan:
                 else:
                     args.append(np.int64(names[a["name"]]) if a.get("dtype") == "int64"
                                 else np.int32(names[a["name"]]))
-            calls.append(KernelCall(desc["symbol"], tuple(args), tuple(grid), tuple(block)))
+            calls.append(KernelCall(desc["symbol"], tuple(args), tuple(grid), tuple(block),
+                                    int(desc.get("dynamic_shared_bytes") or 0)))
         elif isinstance(s, T.For):
             lo = host_value(s.min, env)
             for v in range(lo, lo + host_value(s.extent, env)):
@@ -380,7 +402,7 @@ def prepare_host(plan: HostPlan, functions: dict, buffers: dict, index: int) -> 
     memory = dict(buffers)
     for name, shape, dtype in plan.allocations:
         memory[name] = DeviceBuffer(shape, dtype, index)
-    calls = [KernelCall(c.symbol, tuple(memory[a[1]] if isinstance(a, tuple) else a for a in c.args), c.grid, c.block)
+    calls = [dataclasses.replace(c, args=tuple(memory[a[1]] if isinstance(a, tuple) else a for a in c.args))
              for c in plan.calls]
     return LaunchSequence(functions, calls, index, keep=list(memory.values()))
 

@@ -24,3 +24,14 @@ def test_limits_agree_with_every_arch():
         assert G.MAX_LAUNCH_DIM["threadIdx.x"] <= threads
     assert G.CUDA_DEFAULT_ARCH in CUDA_ARCHS
     assert Target.parse("cuda").arch == G.CUDA_DEFAULT_ARCH
+
+
+def test_blackwell_archs_are_known():
+    from scheduler_core.base.target import arch_of_compute_capability
+
+    for arch, optin_kib in (("sm_100", 227), ("sm_103", 227), ("sm_110", 227), ("sm_120", 99), ("sm_121", 99)):
+        lim = Target.parse(f"cuda -arch={arch}").cuda_limits()
+        assert lim["max_dynamic_shared_memory_per_block"] == optin_kib * 1024
+        assert lim["max_shared_memory_per_block"] == 48 * 1024
+    assert arch_of_compute_capability("12.0") == "sm_120"
+    assert arch_of_compute_capability("10.3") == "sm_103"

@@ -74,3 +74,40 @@ def test_a_kernel_of_no_iterations_is_not_launched():
     run_host(mod.kernel_func, mod.launch["kernels"], {}, buffers, {"n": 0}, 0)
     with pytest.raises((KeyError, DeviceRuntimeError)):  # with n = 1 it launches (no pycuda, or no kernels)
         run_host(mod.kernel_func, mod.launch["kernels"], {}, buffers, {"n": 1}, 0)
+
+
+def test_more_than_48_KiB_of_shared_memory_is_dynamic_shared_memory():
+    # a 128x128 tile with a 64-deep reduction step: two 32 KiB shared tiles.  A block may
+    # declare only 48 KiB statically (ptxas refuses more); above that the kernel carves its
+    # buffers from one extern __shared__ array and the launch asks for the bytes (an sm_90
+    # block may have 227 KiB with the opt-in the runtime sets)
+    case = G.matmul_shared(M=128, N=128, K=128, tile=128, step=8, kt=64, fetch_threads=256)
+    mod = sc.build(case.sch, case.args, target="cuda -arch=sm_90 -max_shared_memory_per_block=65536")
+    source = mod.imported_modules[0].get_source()
+    assert "extern __shared__ __align__(16) unsigned char" in source
+    assert "__shared__ float" not in source
+    (kernel,) = json.loads(mod.get_source())["kernels"]
+    assert kernel["shared_bytes"] == kernel["dynamic_shared_bytes"] == 65536
+    arrays = case.arrays()
+    mod.emulate(*arrays)
+    case.check(arrays)
+    if NO_NVCC is None:
+        info = ptxas_info(mod.imported_modules[0].get_source("ptx").encode(), "sm_90")
+        assert info[kernel["symbol"]]["shared_bytes"] == 0  # nothing static left
+    # a kernel within 48 KiB keeps its static arrays and asks for no dynamic memory
+    small = G.matmul_shared()
+    mod = sc.build(small.sch, small.args, target="cuda -arch=sm_90")
+    assert "extern __shared__" not in mod.imported_modules[0].get_source()
+    assert json.loads(mod.get_source())["kernels"][0]["dynamic_shared_bytes"] == 0
+
+
+@pytest.mark.skipif(NO_NVCC is not None, reason=f"nvcc: {NO_NVCC}")
+def test_an_arch_this_nvcc_dropped_is_named_with_the_ones_it_has():
+    from scheduler_core.driver.nvcc import compile_cuda, nvcc_gpu_codes
+
+    codes = nvcc_gpu_codes()
+    assert "sm_80" in codes and codes == tuple(sorted(codes, key=lambda c: int(c[3:])))
+    if "sm_70" in codes:
+        pytest.skip("this nvcc still builds for sm_70")
+    with pytest.raises(BuildError, match=r"(?s)Unsupported gpu architecture 'sm_70'.*compiles for sm_75"):
+        compile_cuda('extern "C" __global__ void f(float* a) { a[0] = 1.f; }', arch="sm_70")

@@ -85,9 +85,12 @@ class _FakeFunction:
         self.arg_format = fmt
         return self
 
-    def prepared_async_call(self, grid, block, stream, *args):
+    def prepared_async_call(self, grid, block, stream, *args, shared_size=0):
         assert self.arg_format is not None and len(args) == len(self.arg_format.replace("s", ""))
-        self.log.append(("launch", self.name, grid, block, args))
+        self.log.append(("launch", self.name, grid, block, args, shared_size))
+
+    def set_attribute(self, attribute, value):
+        self.log.append(("set_attribute", self.name, attribute, value))
 
 
 @pytest.fixture
@@ -154,3 +157,31 @@ def test_calling_the_module_launches_every_kernel_then_waits_once(fake_gpu):
     assert len(launches) == 10
     assert kinds.count("synchronize") == 1 and kinds.index("synchronize") > launches[-1]
     assert np.all(np.diff(launches) == 1)  # no context switch or wait between the launches
+
+
+def test_a_launch_with_more_than_48_KiB_of_dynamic_shared_memory_opts_in_once(fake_gpu):
+    case = G.matmul_shared(M=128, N=128, K=128, tile=128, step=8, kt=64, fetch_threads=256)
+    mod = sc.build(case.sch, case.args, target="cuda -arch=sm_90 -max_shared_memory_per_block=65536")
+    dev = sc.cuda(0)
+    arrays = [sc.nd.array(a, dev) for a in case.arrays()]
+    fake_gpu.function_attribute = type("function_attribute", (), {"MAX_DYNAMIC_SHARED_SIZE_BYTES": 8})
+    fake_gpu.log.clear()
+    mod.time_evaluator(mod.entry_name, dev, number=2, repeat=1)(*arrays)
+    opt_ins = [e for e in fake_gpu.log if e[0] == "set_attribute"]
+    launches = [e for e in fake_gpu.log if e[0] == "launch"]
+    assert [e[2:] for e in opt_ins] == [(8, 65536)]
+    assert launches and all(e[5] == 65536 for e in launches)
+
+
+def test_one_array_as_input_and_output_is_refused_before_any_launch(fake_gpu):
+    # the kernels declare their buffers __restrict__: an in-place call would be silently wrong
+    case = G.vector_add()
+    mod = sc.build(case.sch, case.args, target="cuda -arch=sm_80")
+    dev = sc.cuda(0)
+    a, b, c = [sc.nd.array(x, dev) for x in case.arrays()]
+    fake_gpu.log.clear()
+    with pytest.raises(sc.RuntimeArgumentError, match=r"same device memory.*__restrict__"):
+        mod(a, b, a)
+    assert not [e for e in fake_gpu.log if e[0] == "launch"]
+    mod(a, a, c)  # the same array as both inputs: only read, allowed
+    assert [e[0] for e in fake_gpu.log].count("launch") == 1

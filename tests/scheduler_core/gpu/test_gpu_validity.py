@@ -167,3 +167,18 @@ def test_registers_per_block_from_ptxas():
     mod40 = build(vector_add(n=1000, threads=40))
     (p,) = gpu_program_problems(mod40, "cuda -registers_per_block=256", registers=True)
     assert "x 64 threads (40 rounded up to whole warps)" in p[4]
+
+
+def test_local_memory_per_thread_over_cudas_512_KiB():
+    # each thread caches a whole row of 2^18 floats (1 MiB) in local memory: the driver refuses
+    # to launch more than 512 KiB per thread, whatever the per-block limit says
+    A = te.placeholder((2, 1 << 18), name="A")
+    C = te.compute((2, 1 << 18), lambda i, j: A[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    s[C].bind(C.op.axis[0], te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], C.op.axis[0])
+    mod = sc.build(s, [A, C], "cuda")
+    assert kernel_resources(mod)[0]["local_bytes"] == 4 << 18
+    (p,) = gpu_program_problems(mod, "cuda", registers=False)
+    assert p[0] == "local_memory" and "more than CUDA's 524288 per thread" in p[4]
