@@ -83,7 +83,8 @@ class FeatureSet:
 
     ops: the 16 OP_COUNTERS, each the count per run times the store's trip count.
     vec/unroll/parallel: [num loops, product of lengths, innermost length, position].
-    gpu: [is_gpu, blockIdx.x/y/z, threadIdx.x/y/z, vthread lengths] (0 when unbound);
+    gpu: [is_gpu, blockIdx.x/y/z, threadIdx.x/y/z, vthread lengths] (1 when unbound, on a CPU
+    too, as TVM's extractor, whose lengths start at 1);
     is_gpu is 1 for every store of a program for a GPU target, and for a store inside a
     loop bound to a GPU axis.
     access: per buffer (acc_type, bytes, unique_bytes, lines, unique_lines,
@@ -212,7 +213,7 @@ class PerStoreExtractor:
         self.vec_depths: list = []
         self.unroll_depths: list = []
         self.parallel_depths: list = []
-        self.gpu = [1.0 if self.is_gpu else 0.0] + [0.0] * 7
+        self.gpu = [1.0 if self.is_gpu else 0.0] + [1.0] * 7  # TVM: an unbound axis has length 1
         self.outer_prod = 1.0
         self.auto_unroll = 0
         self.auto_unroll_depth = -1    # depth of the loop carrying the innermost auto_unroll pragma
@@ -256,7 +257,7 @@ class PerStoreExtractor:
             saved_gpu = list(self.gpu)
             slot = 1 + GPU_KINDS.index(kind)
             self.gpu[0] = 1.0
-            self.gpu[slot] = ext * (self.gpu[slot] or 1.0) if kind == "vthread" else float(ext)
+            self.gpu[slot] = ext * self.gpu[slot] if kind == "vthread" else float(ext)
         saved_unroll = self.auto_unroll, self.auto_unroll_depth
         if "auto_unroll_max_step" in f.annotations:
             self.auto_unroll = int(f.annotations["auto_unroll_max_step"])

@@ -1,8 +1,8 @@
 """Ansor's GPU sketch rules, and the GPU rule order.
 
     RuleAddCacheRead -> RuleSpecialComputeLocationGPU -> RuleAlwaysInline
-      -> RuleCrossThreadReduction -> RuleAddCacheWrite -> RuleMultiLevelTilingWithFusion
-      -> RuleMultiLevelTiling -> RuleSkipStage
+      -> RuleSimplifyComputeWithConstTensor -> RuleCrossThreadReduction -> RuleAddCacheWrite
+      -> RuleMultiLevelTilingWithFusion -> RuleMultiLevelTiling -> RuleSkipStage
 
 The order is TVM's ``SketchPolicy`` for CUDA (``sketch_policy.cc``); the rules follow
 ``sketch_policy_rules.cc`` (Ansor, OSDI'20, section 4.1 and its GPU notes: shared-memory
@@ -11,11 +11,9 @@ rfactor).  The CPU rules of ``cpu_sketch_rules`` serve both targets where TVM's 
 on a GPU RuleAlwaysInline inlines every non-output element-wise stage, RuleAddCacheWrite
 and RuleMultiLevelTilingWithFusion skip the rest, fusion is at level 3 of "SSSRRSRS".
 
-Departures from TVM: the GPU rules do not use RuleSimplifyComputeWithConstTensor (the
-CPU rules do, after RuleAlwaysInline: ``const_tensor_rule``), so
-RuleSpecialComputeLocationGPU applies only when the consumer already has an
-unrolled loop; RuleAddCacheRead leaves a consumer without reduction loops alone (TVM
-aborts there); a consumer of a cross-thread reduction that cannot be followed
+Departures from TVM: RuleSpecialComputeLocationGPU applies only when the consumer
+already has an unrolled loop (TVM aborts otherwise); RuleAddCacheRead leaves a consumer
+without reduction loops alone (TVM aborts there); a consumer of a cross-thread reduction that cannot be followed
 (a reduction of its own, or several splits) makes the reduction use its own warp split
 instead of aborting; scans keep no rule of their own on a GPU.
 """
@@ -32,6 +30,7 @@ from scheduler_core.schedule.transform_step import (
     SplitStep,
 )
 
+from .const_tensor_rule import RuleSimplifyComputeWithConstTensor
 from .cpu_sketch_rules import (
     RuleAddCacheWrite,
     RuleAlwaysInline,
@@ -47,6 +46,7 @@ from .state_queries import (
     get_consumers,
     get_single_consumer_id,
     has_reduce_iter,
+    is_output_stage,
     needs_multi_level_tiling,
     scan_body_ids,
     stage_of_op,
@@ -160,7 +160,9 @@ class RuleAddCacheRead(SketchRule):
 
 class RuleSpecialComputeLocationGPU(SketchRule):
     """Compute a stage right outside the first unrolled loop of its single consumer, when
-    that consumer asks for constant-tensor index simplification (winograd's transforms)."""
+    that consumer asks for constant-tensor index simplification (winograd's transforms) and
+    the stage is one a GPU would always inline (TVM's ShouldAlwaysBeInlined: not an output,
+    no reduction loop); the consumer was unrolled by RuleSimplifyComputeWithConstTensor."""
 
     name = "RuleSpecialComputeLocationGPU"
 
@@ -182,6 +184,9 @@ class RuleSpecialComputeLocationGPU(SketchRule):
     def meet_condition(self, policy, state, stage_id):
         st = state.stages[stage_id]
         if st.op_type != "compute" or st.compute_at == "inlined":
+            return ConditionKind.SKIP
+        # TVM's ShouldAlwaysBeInlined on a GPU: not an output, no reduction loop
+        if is_output_stage(state, stage_id) or has_reduce_iter(st):
             return ConditionKind.SKIP
         return (ConditionKind.APPLY_AND_SKIP_REST if self._location(state, stage_id) is not None
                 else ConditionKind.SKIP)
@@ -278,8 +283,8 @@ class RuleCrossThreadReduction(SketchRule):
 def gpu_sketch_rules() -> list:
     """Ansor's GPU (CUDA) rules in TVM's order."""
     return [RuleAddCacheRead(), RuleSpecialComputeLocationGPU(), RuleAlwaysInline(),
-            RuleCrossThreadReduction(), RuleAddCacheWrite(), RuleMultiLevelTilingWithFusion(),
-            RuleMultiLevelTiling(), RuleSkipStage()]
+            RuleSimplifyComputeWithConstTensor(), RuleCrossThreadReduction(), RuleAddCacheWrite(),
+            RuleMultiLevelTilingWithFusion(), RuleMultiLevelTiling(), RuleSkipStage()]
 
 
 __all__ = ["RuleAddCacheRead", "RuleSpecialComputeLocationGPU", "RuleCrossThreadReduction",

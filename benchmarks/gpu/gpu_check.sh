@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the project's one-shot check of the real-GPU path (pycuda) on an NVIDIA GPU machine (e.g. H100/H200, CUDA 13, Python 3.12, no network).
 #
-# Two modes:
+# Three modes:
+#
+#   bash benchmarks/gpu/gpu_check.sh --dry-run      (here, no GPU; also benchmarks/gpu/device_check.sh --dry-run)
+#       The non-GPU part: machine facts, the carried wheels are there, every Python step of
+#       this script compiles, step 6's kernels build to sm_90 cubins and emulate correctly.
 #
 #   bash benchmarks/gpu/gpu_check.sh prepare CHECKOUT
 #       On the no-GPU dev machine, with PyPI reachable. Builds CHECKOUT/.gpucheck/ (about 4.4 MiB):
@@ -127,6 +131,52 @@ EOS
   rm -rf "$WORK"
   du -sh "$DEST"; ls -la "$DEST/whl" "$DEST/fallback"
   exit 0
+fi
+
+# --------------------------------------------------------------------------- dry run (no GPU)
+if [ "${1:-}" = "--dry-run" ]; then
+  # What can be checked without a GPU, from the repository root: machine facts, the carried
+  # wheels, every Python step of this script compiles, and the kernels of step 6 (dynamic shared
+  # memory included) build to cubins for sm_90 with this machine's nvcc and emulate correctly.
+  set -u
+  PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+  export PYTHONPATH=$(pwd)${PYTHONPATH:+:$PYTHONPATH}
+  rc=0
+  echo "=== dry run: $(date -u) on $(uname -n), $("$PY" --version 2>&1)"
+  (command -v nvcc && nvcc --version | tail -1) || echo "no nvcc: the cubin build below will fail"
+  for d in whl fallback svc; do
+    n=$(ls "$HERE/$d" 2>/dev/null | wc -l); echo "carried $d/: $n files"; [ "$n" -gt 0 ] || { echo "  missing: run prepare first"; rc=1; }
+  done
+  ls "$HERE"/whl/pycuda-*-cp312-*.whl >/dev/null 2>&1 || { echo "no cp312 pycuda wheel in $HERE/whl"; rc=1; }
+  "$PY" - "${BASH_SOURCE[0]}" <<'PYEOF' || rc=1
+import re, sys
+text = open(sys.argv[1]).read()
+blocks = re.findall(r"<<'EOF'\n(.*?)\nEOF\n", text, flags=re.S)
+for k, code in enumerate(blocks):
+    compile(code, f"step block {k}", "exec")
+print(f"{len(blocks)} Python steps compile")
+PYEOF
+  timeout 300 "$PY" - <<'PYEOF' || rc=1
+import numpy as np
+import scheduler_core as sc
+from scheduler_core.driver.nvcc import compile_cuda
+from tests.scheduler_core.gpu import gpu_schedules as G
+for cfg in (dict(tile=64, step=4, kt=8, fetch_threads=256), dict(tile=128, step=8, kt=64, fetch_threads=256)):
+    smem = 2 * cfg["tile"] * cfg["kt"] * 4
+    target = f"cuda -arch=sm_90 -max_shared_memory_per_block={max(smem, 49152)}"
+    big = G.matmul_shared(M=1024, N=1024, K=1024, **cfg)
+    mod = sc.build(big.sch, big.args, target=target, name="mm")
+    cubin = compile_cuda(mod.imported_modules[0].get_source(), arch="sm_90", fmt="cubin")
+    small = G.matmul_shared(M=2 * cfg["tile"], N=2 * cfg["tile"], K=2 * cfg["kt"], **cfg)
+    emu = sc.build(small.sch, small.args, target=target, name="mm")
+    arrays = small.arrays()
+    emu.emulate(*arrays)
+    small.check(arrays)
+    print(f"step 6 kernel {cfg}: {len(cubin)}-byte sm_90 cubin, dynamic shared "
+          f"{mod.launch['kernels'][0].get('dynamic_shared_bytes', 0)} B, emulation matches numpy")
+PYEOF
+  echo "dry run rc=$rc"
+  exit $rc
 fi
 
 # --------------------------------------------------------------------------- on the GPU machine
@@ -388,9 +438,14 @@ rng = np.random.default_rng(0)
 a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
 ref = (a.astype(np.float64) @ b.astype(np.float64))
 dev = sc.cuda(0)
-for cfg in (dict(tile=64, step=4, kt=8, fetch_threads=256), dict(tile=128, step=8, kt=8, fetch_threads=256)):
+# the third: 64 KiB of shared memory per block, more than a block may declare statically, so
+# dynamic shared memory with the launch's opt-in (MAX_DYNAMIC_SHARED_SIZE_BYTES)
+for cfg in (dict(tile=64, step=4, kt=8, fetch_threads=256), dict(tile=128, step=8, kt=8, fetch_threads=256),
+            dict(tile=128, step=8, kt=64, fetch_threads=256)):
     case = G.matmul_shared(M=n, N=n, K=n, **cfg)
-    mod = sc.build(case.sch, case.args, target=f"cuda -arch={arch}", name="mm")
+    smem = 2 * cfg["tile"] * cfg["kt"] * 4
+    mod = sc.build(case.sch, case.args, target=f"cuda -arch={arch} -max_shared_memory_per_block={max(smem, 49152)}", name="mm")
+    cfg["dynamic_shared_bytes"] = mod.launch["kernels"][0].get("dynamic_shared_bytes", 0)
     A, B, C = sc.nd.array(a, dev), sc.nd.array(b, dev), sc.nd.array(np.zeros((n, n), np.float32), dev)
     mod(A, B, C)
     ok = np.allclose(C.numpy(), ref, rtol=1e-4, atol=1e-3)

@@ -295,12 +295,16 @@ class AccessAnalyzer:
     def single_elementwise_consumer(self, state_or_ops: Any, op: Any) -> Any:
         """The one consumer ``op`` can be fused into as an output stage, or ``None``:
         ``op`` has exactly one consumer (looking through inlined ops), reaches it by
-        :meth:`elementwise_match`, and they do not both reduce.  Ansor's
-        HasSingleElementwiseMatchedConsumer (used by the cache-write and fusion rules)."""
+        :meth:`elementwise_match`, they do not both reduce, and the consumer is not a
+        shared-memory cache-read stage (``*.shared``: a GPU stage is never fused into the
+        fetch of its own output).  Ansor's HasSingleElementwiseMatchedConsumer (used by the
+        cache-write and fusion rules)."""
         consumers = self.get_consumers(state_or_ops, op)
         if len(consumers) != 1 or not self.elementwise_match(op, consumers[0]):
             return None
         target = consumers[0]
+        if str(getattr(target, "name", "")).endswith(".shared"):
+            return None
         if all(isinstance(o, ComputeOp) and o.reduce_axis for o in (op, target)):
             return None
         return target

@@ -120,8 +120,8 @@ def test_gpu_rule_sets_follow_tvm():
     gpu, cpu = cuda_policy(W.matmul(64, 64, 64)), make_policy(W.matmul(64, 64, 64))
     assert [type(r).__name__ for r in default_sketch_rules(gpu)] == [
         "RuleAddCacheRead", "RuleSpecialComputeLocationGPU", "RuleAlwaysInline",
-        "RuleCrossThreadReduction", "RuleAddCacheWrite", "RuleMultiLevelTilingWithFusion",
-        "RuleMultiLevelTiling", "RuleSkipStage"]
+        "RuleSimplifyComputeWithConstTensor", "RuleCrossThreadReduction", "RuleAddCacheWrite",
+        "RuleMultiLevelTilingWithFusion", "RuleMultiLevelTiling", "RuleSkipStage"]
     assert [type(r).__name__ for r in default_sketch_rules(cpu)] == [
         type(r).__name__ for r in default_sketch_rules()]
     assert "RuleAddRfactor" in [type(r).__name__ for r in default_sketch_rules(cpu)]
@@ -449,3 +449,64 @@ def test_apply_init_rules_defaults_to_the_target_rules():
             if any(it.annotation == "vectorize" for it in st.iters):
                 assert st.name.endswith(".shared")
     assert InitFillTileSize().apply(policy, sketch, rng) is not None
+
+
+def test_cuda_conv2d_winograd_sketch():
+    """TVM's test_cuda_conv2d_winograd_sketch (NHWC 1x28x28x128 -> 128, 3x3, F(4x4, 3x3)): one
+    sketch.  RuleSimplifyComputeWithConstTensor tiles data_pack and inverse and unrolls their
+    transform loops; RuleSpecialComputeLocationGPU computes input_tile at data_pack's last
+    loop before the unrolled ones; bgemm is multi-level tiled with shared-memory fetches of
+    both operands and a local cache-write stage."""
+    from sketch_rules.state_queries import is_tiled
+    from tests import workloads as W
+    from tests.sketch_rules.test_const_tensor_rule import TVM_SIZES
+
+    (s,) = sketches_of(W.conv2d_winograd_nhwc(**TVM_SIZES))
+    st = s.stages
+    assert [x.name for x in st] == ["data", "data_pad", "input_tile", "B", "data_pack", "data_pack.shared",
+                                    "kernel_pack", "kernel_pack.shared", "bgemm.local", "bgemm", "A",
+                                    "inverse", "conv2d_winograd"]
+    assert [st[i].compute_at for i in (1, 2, 3, 5, 7, 8, 9, 10)] == [
+        "inlined", "iter", "inlined", "iter", "iter", "iter", "root", "inlined"]
+    assert st[2].attach == (4, "ci.1")  # right outside eps/u
+    assert is_tiled(st[4]) and is_tiled(st[8]) and is_tiled(st[11]) and not is_tiled(st[12])
+    assert [it.annotation for it in st[4].iters[-4:]] == ["unroll"] * 4
+
+
+def test_cuda_double_matmul_never_fuses_into_its_own_shared_fetch():
+    """E = (A @ B) @ C: D's one consumer is D.shared (E's fetch of it), which TVM's
+    HasSingleElementwiseMatchedConsumer refuses, so D gets a local cache-write stage of its
+    own (11 stages, as TVM), not a fusion into the fetch."""
+    n = 512
+    A, B, C = (te.placeholder((n, n), name=x) for x in "ABC")
+    k = te.reduce_axis((0, n), name="k")
+    D = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=[k]), name="D")
+    k2 = te.reduce_axis((0, n), name="k2")
+    E = te.compute((n, n), lambda i, j: te.sum(D[i, k2] * C[k2, j], axis=[k2]), name="E")
+    (s,) = sketches_of([A, B, C, D, E])
+    assert [(x.name, x.compute_at) for x in s.stages] == [
+        ("A", "root"), ("A.shared", "iter"), ("B", "root"), ("B.shared", "iter"), ("D.local", "iter"),
+        ("D", "root"), ("D.shared", "iter"), ("C", "root"), ("C.shared", "iter"), ("E.local", "iter"),
+        ("E", "root")]
+
+
+def test_special_compute_location_needs_a_stage_a_gpu_would_inline():
+    """TVM's ShouldAlwaysBeInlined condition: with inverse unrolled by the constant-tensor
+    rule, its producer bgemm (a reduction) is not moved into inverse's loops by
+    RuleSpecialComputeLocationGPU; bgemm's write-back stage after a cache write (no reduction
+    loop, not an output) would be."""
+    from sketch_rules import RuleSimplifyComputeWithConstTensor, RuleSpecialComputeLocationGPU
+    from sketch_rules.sketch_rule import ConditionKind
+    from tests import workloads as W
+    from tests.sketch_rules.test_const_tensor_rule import SMALL
+
+    policy = cuda_policy(W.conv2d_winograd_nhwc(**SMALL))
+    state = policy.task.compute_dag.init_state
+    by_name = {x.name: i for i, x in enumerate(state.stages)}
+    ((state, _),) = RuleSimplifyComputeWithConstTensor().apply(policy, state, by_name["inverse"])
+    assert state.stages[by_name["inverse"]].iters[-1].annotation == "unroll"
+    rule = RuleSpecialComputeLocationGPU()
+    assert rule.meet_condition(policy, state, by_name["bgemm"]) == ConditionKind.SKIP
+    (sketch,) = generate_sketches(policy)
+    write_back = [x.name for x in sketch.stages].index("bgemm")
+    assert rule.meet_condition(policy, sketch, write_back) == ConditionKind.APPLY_AND_SKIP_REST
