@@ -454,10 +454,11 @@ for cfg in (dict(tile=64, step=4, kt=8, fetch_threads=256), dict(tile=128, step=
     fn = mod._load(0)[desc["symbol"]]
     with cd.device_context(0):
         args = [A.device_buffer()._alloc, B.device_buffer()._alloc, C.device_buffer()._alloc]
-        fn(*args, grid=tuple(desc["grid"]), block=tuple(desc["block"])); drv.Context.synchronize()
+        shared = desc.get("dynamic_shared_bytes", 0)  # the opt-in was set when mod(...) loaded it
+        fn(*args, grid=tuple(desc["grid"]), block=tuple(desc["block"]), shared=shared); drv.Context.synchronize()
         s, e = drv.Event(), drv.Event(); s.record()
         for _ in range(100):
-            fn(*args, grid=tuple(desc["grid"]), block=tuple(desc["block"]))
+            fn(*args, grid=tuple(desc["grid"]), block=tuple(desc["block"]), shared=shared)
         e.record(); e.synchronize(); t_raw = e.time_since(s) / 100 / 1e3
     print(f"matmul_shared {cfg}: correct={ok}  time_evaluator {t_eval * 1e6:.1f} us ({flop / t_eval / 1e12:.2f} TFLOP/s)  "
           f"raw back-to-back launches {t_raw * 1e6:.1f} us ({flop / t_raw / 1e12:.2f} TFLOP/s)  host overhead in time_evaluator {(t_eval - t_raw) * 1e6:.1f} us")
