@@ -2,11 +2,13 @@
 
     from scheduler_core import frontend
     graph = frontend.from_pytorch(module, example_inputs)     # needs the extra .[torch]
+    graph = frontend.from_exported_program(torch.export.export(module, inputs))
 
 ``ops`` holds the tensor-expression definitions of the operators and ``fusion`` the graph
 builder that fuses elementwise consumers into their producer; neither needs torch.  Only
-``pytorch`` (the importer) and ``torch_handlers`` (its operator table) import torch; they
-load on first use of ``from_pytorch``, so importing this package works without torch.
+``pytorch`` (the importers), ``torch_handlers`` and ``aten_handlers`` (their operator tables)
+import torch; they load on first use of ``from_pytorch`` or ``from_exported_program``, so
+importing this package works without torch.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from typing import Any
 
 from .fusion import GraphBuilder, View
 
-__all__ = ["from_pytorch", "GraphBuilder", "View"]
+__all__ = ["from_pytorch", "from_exported_program", "GraphBuilder", "View"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "from_pytorch":
+    if name in ("from_pytorch", "from_exported_program"):
         import importlib  # deferred: torch is the optional extra .[torch]
-        return importlib.import_module("scheduler_core.frontend.pytorch").from_pytorch
+        return getattr(importlib.import_module("scheduler_core.frontend.pytorch"), name)
     raise AttributeError(f"module 'scheduler_core.frontend' has no attribute {name!r}")

@@ -39,7 +39,7 @@ from . import ops
 from .fusion import GraphBuilder, Group, Stage, View, sanitize
 from .torch_handlers import FUNCTIONS, METHODS, MODULES, Unsupported
 
-__all__ = ["from_pytorch"]
+__all__ = ["from_pytorch", "from_exported_program"]
 
 _LIBRARY_IDS = itertools.count()
 
@@ -56,8 +56,10 @@ def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
     bound with the module's values, and whose outputs are the module's tensor outputs
     (flattened when it returns a tuple).  Operators outside the list in this module's
     docstring become library calls ``"torch.<op>.<n>"`` running torch on the arrays.
-    Raises InvalidWorkloadError when the module cannot be traced or run, or when an input is
-    not a tensor.
+    A module that ``torch.fx`` cannot trace (most Hugging Face models) is imported through
+    ``torch.export`` instead (:func:`from_exported_program`).  Raises InvalidWorkloadError
+    when the module can be neither traced nor exported, cannot run on the inputs, or when an
+    input is not a tensor.
     """
     if not isinstance(module, nn.Module):
         raise InvalidWorkloadError(f"from_pytorch takes a torch.nn.Module, got {type(module).__name__}")
@@ -69,8 +71,12 @@ def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
     module = module.eval()
     try:
         gm = fx.symbolic_trace(module)
-    except Exception as e:  # torch raises many kinds of error for untraceable code
-        raise InvalidWorkloadError(f"torch.fx cannot trace {type(module).__name__}: {e}") from e
+    except Exception as fx_error:  # torch raises many kinds of error for untraceable code
+        try:  # most Hugging Face models: torch.export is the tracer they support
+            return from_exported_program(module, inputs)
+        except InvalidWorkloadError as export_error:
+            raise InvalidWorkloadError(f"torch.fx cannot trace {type(module).__name__}: {fx_error}; "
+                                       f"and {export_error}") from fx_error
     recorder = _Recorder(gm)
     try:
         with torch.no_grad():
@@ -78,6 +84,66 @@ def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
     except Exception as e:
         raise InvalidWorkloadError(f"{type(module).__name__} fails on the example inputs: {e}") from e
     return TorchImporter(gm, recorder.values).run()
+
+
+def from_exported_program(program: Any, example_inputs: Any = None) -> Graph:
+    """The Graph of a ``torch.export`` program (TVM's ``relax.frontend.torch.from_exported_program``).
+
+    program : a ``torch.export.ExportedProgram``, or a ``torch.nn.Module`` to export (put in
+        eval mode) with ``example_inputs``
+    example_inputs : a tensor or a tuple/list of tensors, the positional inputs; for an
+        ExportedProgram, None uses the inputs it was exported with
+    The program is functionalized (``run_decompositions`` with no decompositions: no in-place
+    operators, the ATen operators kept whole), its parameters and buffers become the graph's
+    weights, and each ATen operator goes through ``aten_handlers.ATEN`` (what it does not
+    lower, e.g. ``aten.embedding`` or ``aten.scaled_dot_product_attention``, runs the ATen
+    operator as a library call), as :func:`from_pytorch` does for fx graphs.  Inputs are
+    named as the program's placeholders.  Raises InvalidWorkloadError when the module cannot
+    be exported or run, or an input is not a tensor.
+    """
+    from torch import export as torch_export
+
+    from .aten_handlers import ATEN
+
+    if isinstance(program, nn.Module):
+        inputs = _tensor_inputs(example_inputs)
+        try:
+            ep = torch_export.export(program.eval(), inputs)
+        except Exception as e:  # torch raises many kinds of error for unexportable code
+            raise InvalidWorkloadError(f"torch.export cannot export {type(program).__name__}: "
+                                       f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+        name = type(program).__name__
+    elif isinstance(program, torch_export.ExportedProgram):
+        ep, name = program, "the exported program"
+        if example_inputs is None:
+            args, kwargs = getattr(ep, "example_inputs", None) or ((), {})
+            if kwargs:
+                raise InvalidWorkloadError("the exported program takes keyword inputs; pass example_inputs")
+            example_inputs = args
+        inputs = _tensor_inputs(example_inputs)
+    else:
+        raise InvalidWorkloadError("from_exported_program takes a torch.export.ExportedProgram or a "
+                                   f"torch.nn.Module, got {type(program).__name__}")
+    try:
+        gm = ep.run_decompositions({}).module()
+    except Exception as e:
+        raise InvalidWorkloadError(f"cannot functionalize {name}: {e}") from e
+    recorder = _Recorder(gm)
+    try:
+        with torch.no_grad():
+            recorder.run(*inputs)
+    except Exception as e:
+        raise InvalidWorkloadError(f"{name} fails on the example inputs: {e}") from e
+    return TorchImporter(gm, recorder.values, functions={**FUNCTIONS, **ATEN}).run()
+
+
+def _tensor_inputs(example_inputs: Any) -> tuple:
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    for k, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor):
+            raise InvalidWorkloadError(f"example input {k} is a {type(x).__name__}, not a torch.Tensor",
+                                       f"example_inputs[{k}]")
+    return inputs
 
 
 class _Recorder(fx.Interpreter):
@@ -104,8 +170,9 @@ def _has_tensor(v: Any) -> bool:
 
 
 class TorchImporter:
-    def __init__(self, gm: fx.GraphModule, values: dict):
+    def __init__(self, gm: fx.GraphModule, values: dict, functions: dict | None = None):
         self.gm, self.values = gm, values
+        self.functions = FUNCTIONS if functions is None else functions
         self.b = GraphBuilder()
         self.env: dict = {}
         self.dep: dict = {}
@@ -192,10 +259,11 @@ class TorchImporter:
             handler = MODULES.get(type(mod))
             args = (mod, *args)
         elif node.op == "call_function":
-            handler = FUNCTIONS.get(node.target)
+            handler = self.functions.get(node.target)
         elif node.op == "call_method":
             handler = METHODS.get(node.target)
-        if handler is not None and (isinstance(val, torch.Tensor) or node.target is operator.getitem):
+        if handler is not None and (isinstance(val, torch.Tensor) or node.target is operator.getitem
+                                    or (isinstance(val, tuple) and val and isinstance(val[0], torch.Tensor))):
             try:
                 out = handler(self, node, val, *args, **kwargs)
             except (Unsupported, InvalidWorkloadError, KeyError, IndexError, TypeError, ValueError):
