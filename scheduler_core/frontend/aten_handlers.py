@@ -19,23 +19,19 @@ Face BERT/GPT-2 blocks emit at ``torch.export``'s default (pre-dispatch ATen) le
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-import numpy as np
 import torch
 
-from . import ops
-from .fusion import Stage
 from .torch_handlers import (
     Unsupported,
     _adaptive_avg_pool,
     _addmm,
     _avg_pool,
+    _batch_norm_stats,
     _binary,
     _conv2d,
     _dropout,
     _expand,
-    _fold_into_conv,
     _gelu,
     _layer_norm,
     _linear,
@@ -74,35 +70,6 @@ def _aten_softmax(log: bool) -> Callable:
 
 def _aten_dropout(im, node, val, x, p=0.5, train=False):
     return _dropout(im, node, val, x, p, bool(train))
-
-
-def _param(im, v: Any) -> np.ndarray | None:
-    return im.b.param_array(v) if im.tensor(v) else None
-
-
-def _batch_norm_stats(im, node, val, x, weight, bias, mean, var, eps):
-    """Inference batch norm from its arguments (running statistics and affine weights as
-    graph weights): folded into a preceding conv, else a per-channel scale and shift."""
-    im.f32(val, x)
-    mean_a, var_a = _param(im, mean), _param(im, var)
-    if mean_a is None or var_a is None:
-        raise Unsupported
-    mean_a, var_a = mean_a.astype(np.float64), var_a.astype(np.float64)
-    w_a = _param(im, weight) if weight is not None else np.ones_like(mean_a)
-    b_a = _param(im, bias) if bias is not None else np.zeros_like(mean_a)
-    if w_a is None or b_a is None:
-        raise Unsupported
-    scale = w_a.astype(np.float64) / np.sqrt(var_a + float(eps))
-    shift = b_a.astype(np.float64) - mean_a * scale
-    folded = _fold_into_conv(im, node, x, scale, shift)
-    if folded is not None:
-        return folded
-    c = len(mean_a)
-    if len(val.shape) < 2 or val.shape[1] != c:
-        raise Unsupported
-    sc = im.b.add_param(f"{node.name}.scale", scale.astype(np.float32))
-    sh = im.b.add_param(f"{node.name}.shift", shift.astype(np.float32))
-    return im.elementwise(node, val, Stage("batch_norm", ops.channel_affine, [x, sc, sh], ["data", "scale", "shift"]))
 
 
 def _aten_batch_norm(im, node, val, x, weight, bias, running_mean, running_var, training, momentum, eps,

@@ -246,6 +246,43 @@ def _fold_into_conv(im, node, x, scale: np.ndarray, shift: np.ndarray) -> Group 
     return x
 
 
+def _param(im, v: Any) -> np.ndarray | None:
+    return im.b.param_array(v) if im.tensor(v) else None
+
+
+def _batch_norm_stats(im, node, val, x, weight, bias, mean, var, eps):
+    """Inference batch norm from its arguments (running statistics and affine weights as
+    graph weights): folded into a preceding conv, else a per-channel scale and shift."""
+    im.f32(val, x)
+    mean_a, var_a = _param(im, mean), _param(im, var)
+    if mean_a is None or var_a is None:
+        raise Unsupported
+    mean_a, var_a = mean_a.astype(np.float64), var_a.astype(np.float64)
+    w_a = _param(im, weight) if weight is not None else np.ones_like(mean_a)
+    b_a = _param(im, bias) if bias is not None else np.zeros_like(mean_a)
+    if w_a is None or b_a is None:
+        raise Unsupported
+    scale = w_a.astype(np.float64) / np.sqrt(var_a + float(eps))
+    shift = b_a.astype(np.float64) - mean_a * scale
+    folded = _fold_into_conv(im, node, x, scale, shift)
+    if folded is not None:
+        return folded
+    c = len(mean_a)
+    if len(val.shape) < 2 or val.shape[1] != c:
+        raise Unsupported
+    sc = im.b.add_param(f"{node.name}.scale", scale.astype(np.float32))
+    sh = im.b.add_param(f"{node.name}.shift", shift.astype(np.float32))
+    return im.elementwise(node, val, Stage("batch_norm", ops.channel_affine, [x, sc, sh],
+                                           ["data", "scale", "shift"]))
+
+
+def _batch_norm_functional(im, node, val, x, running_mean, running_var, weight=None, bias=None,
+                           training=False, momentum=0.1, eps=1e-5):
+    if training:
+        raise Unsupported
+    return _batch_norm_stats(im, node, val, x, weight, bias, running_mean, running_var, eps)
+
+
 def _softmax(log: bool) -> Callable:
     def h(im, node, val, x, dim=None, _stacklevel=3, dtype=None):
         im.f32(val, x)
@@ -372,7 +409,7 @@ FUNCTIONS: dict = {
     F.max_pool2d: _max_pool, F.avg_pool2d: _avg_pool, F.adaptive_avg_pool2d: _adaptive_avg_pool,
     torch.flatten: _reshape_to_val, torch.reshape: _reshape_to_val, torch.squeeze: _reshape_to_val,
     torch.unsqueeze: _reshape_to_val, torch.permute: _permute, torch.transpose: _transpose, torch.t: _t,
-    F.dropout: _dropout, operator.getitem: _getitem,
+    F.dropout: _dropout, operator.getitem: _getitem, F.batch_norm: _batch_norm_functional,
     torch.sum: _reduce("sum"), torch.mean: _reduce("mean"), torch.amax: _reduce("max"), torch.amin: _reduce("min"),
 }
 METHODS: dict = {
