@@ -7,7 +7,7 @@
     autosched submit examples/workloads/softmax.json --trials 64     # against a running server
     autosched list [--state running] | status JOB | cancel JOB | logs JOB [--tail 20] [--follow]
     autosched best TASK | artifact TASK --format so | resume TASK --trials 32
-    autosched submit-model graph.json --trials 64 --out model.tar.gz
+    autosched submit-model graph.json --trials 64 --out model.tar.gz     (or model.onnx)
     autosched records import FILE.jsonl [--dag DAG.json | --workload MODULE]   # ours or TVM's v0.6 logs
     autosched records export TASK_ID out.jsonl [--format tvm --dag DAG.json]
     autosched --version

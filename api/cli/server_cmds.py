@@ -3,7 +3,7 @@
     submit DAG.json [--wait]   POST /tasks, then the progress bar (GET /jobs/{id}) and the final line
     list [--state] [--workload] [--limit] [--offset]   GET /tasks as a table
     status JOB | cancel JOB | logs JOB [--tail N] [--follow]
-    best TASK | artifact TASK --format so | resume TASK --trials N | submit-model GRAPH.json
+    best TASK | artifact TASK --format so | resume TASK --trials N | submit-model GRAPH.json|MODEL.onnx
 """
 
 from __future__ import annotations
@@ -147,13 +147,37 @@ def submit(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file
         report_remote_result(c, job, dag_value, tuning)
 
 
-def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (Graph.to_json: graph + every DAG)")],
+def read_model_graph(path: Path) -> Any:
+    """The graph JSON value to POST for ``path``: a graph JSON file (``Graph.to_json``) as it is, an
+    ``.onnx`` model imported here (``frontend.from_onnx``: torch and onnx, the extra ``.[onnx]``)
+    and sent as its graph (the service takes graphs; the weights stay on this machine).
+
+    Raises CliError (exit 2): a missing file, malformed JSON, an ONNX model that cannot be
+    imported (the message names the node and op type), or torch/onnx missing here.
+    """
+    if path.suffix.lower() != ".onnx":
+        return read_json(path, "graph JSON file")
+    if not path.is_file():
+        raise CliError(f"{path}: no such ONNX file")
+    try:
+        from scheduler_core.frontend import from_onnx
+        graph = from_onnx(path)
+    except ImportError as err:
+        raise CliError(f"{path}: reading an ONNX model needs torch and onnx on this machine "
+                       f"(pip install 'autosched[onnx]'): {err}") from None
+    except SchedulerCoreError as err:
+        raise CliError(f"{path}: {err}") from None
+    return graph.to_json()
+
+
+def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (Graph.to_json: graph + every DAG), "
+                                                            "or an .onnx model (imported here with from_onnx)")],
                  target: Annotated[str, typer.Option()] = "llvm", trials: Trials = 64, wait: Wait = True,
                  out: Annotated[Path | None, typer.Option(help="write the model .tar.gz here when the job ends")]
                  = None,
                  server: Server = DEFAULT_SERVER, token: Token = None) -> None:
     """POST a whole model (one job over all its tasks); with --out, download its artifact."""
-    graph_value = read_json(graph, "graph JSON file")
+    graph_value = read_model_graph(graph)
     with Client(server, token=token) as c:
         created = c.create_model(graph_value, target=target, num_measure_trials=trials)
         print_json(created)

@@ -133,3 +133,35 @@ def test_model_end_to_end(client, conn, tmp_path):
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+
+
+def test_submit_model_takes_an_onnx_file(client, tmp_path):
+    """``autosched submit-model model.onnx`` imports the model on the client (from_onnx) and
+    POSTs its graph: the service gets one task per distinct tensor program; an ONNX node the
+    importer does not cover is a usage error naming it (exit 2), before anything is sent."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("torch")
+    from onnx import helper
+
+    from api.cli.errors import CliError
+    from api.cli.server_cmds import read_model_graph
+    from tests.scheduler_core.frontend.test_onnx import small_cnn
+
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(np.random.default_rng(0)), str(path))
+    r = client.post("/models", json={"graph": read_model_graph(path), "target": "llvm",
+                                     "tuning": {"num_measure_trials": 4, **TUNING}})
+    assert r.status_code == 201, r.text
+    created = r.json()
+    assert len(created["tasks"]) == 5  # conv+bn+relu, max pool, conv+relu, global pool, gemm
+    assert client.delete(f"/jobs/{created['job_id']}").json()["state"] == "cancelled"
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])
+    bad = helper.make_model(helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"], name="pick")], "m", [x],
+                                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])]),
+                            opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(bad, str(tmp_path / "bad.onnx"))
+    with pytest.raises(CliError, match=r"node 'pick' \(Hardmax\)") as err:
+        read_model_graph(tmp_path / "bad.onnx")
+    assert err.value.code == 2
+    with pytest.raises(CliError, match="no such ONNX file"):
+        read_model_graph(tmp_path / "missing.onnx")
