@@ -72,6 +72,9 @@ def _tuning_field(f: TuningField) -> tuple[Any, Any]:
         annotation: Any = Literal[f.type]
     elif f.type == "int|None":
         annotation = int | None
+    elif f.type == "float|None":
+        annotation = float | None
+        extra["allow_inf_nan"] = False
     else:
         annotation = f.type
         if f.type is float:

@@ -55,7 +55,7 @@ def _bounds(f: TuningField) -> str:
 
 def _option(f: TuningField) -> Any:
     """The ``Annotated[type | None, typer.Option(...)]`` of one tuning field."""
-    py_type: Any = str if isinstance(f.type, tuple) else (int if f.type == "int|None" else f.type)
+    py_type: Any = str if isinstance(f.type, tuple) else {"int|None": int, "float|None": float}.get(f.type, f.type)
     default = "never" if f.default is None else str(f.default)
     bounds = _bounds(f)
     doc = f.doc + (f" ({bounds})" if bounds else "")

@@ -79,7 +79,12 @@ class TaskScheduler:
         receives every record of every task.  ``on_phase``: given to every policy
         (``SketchPolicy.on_phase``), so a caller sees the phases.  ``init_search_callbacks``: run on
         every policy after ``load_log_file``'s PreloadMeasuredStates.  A scheduler of one task is its
-        policy: one ``search`` over the whole budget, with the options' early stopping.
+        policy: one ``search`` over the whole budget, with the options' early stopping (with a
+        ``time_budget_s``, round by round instead).
+
+        A round measures at most ``num_measure_trials // len(tasks)`` programs (TVM's rule), so a
+        small budget still reaches every task.  With ``tuning_options.time_budget_s`` no round
+        starts once that many seconds have passed; the tasks not reached by then keep no program.
         """
         callbacks = [PreloadMeasuredStates(self.load_log_file)] if self.load_log_file else []
         callbacks += list(init_search_callbacks or [])
@@ -89,14 +94,17 @@ class TaskScheduler:
         for policy in policies:
             policy.on_phase = on_phase
         measurer = ProgramMeasurer.from_options(tuning_options)
-        per_round = tuning_options.num_measures_per_round
         left = tuning_options.num_measure_trials
-        if len(self.tasks) == 1 and left > 0:
+        # TVM's TaskScheduler: a round is at most trials / tasks, so every task gets its warm-up
+        # round even when the budget is smaller than one full round per task
+        per_round = max(1, min(tuning_options.num_measures_per_round, left // max(len(self.tasks), 1)))
+        budget = tuning_options.time_budget_s
+        t0 = time.perf_counter()
+        if len(self.tasks) == 1 and left > 0 and budget is None:
             policies[0].search(left, tuning_options.early_stopping, per_round, measurer)
             self._account(0, measurer, measurer.ct)
             left = 0
-        t0 = time.perf_counter()
-        while left > 0:
+        while left > 0 and (budget is None or time.perf_counter() - t0 < budget):
             i = self._pick()
             n = min(per_round, left)
             before = measurer.ct

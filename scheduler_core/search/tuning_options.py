@@ -25,7 +25,7 @@ class TuningField:
     """One serializable tuning option: its type, default, bounds and meaning."""
 
     name: str
-    type: Any                 # int, float, "int|None" or a tuple of allowed strings
+    type: Any                 # int, float, "int|None", "float|None" or a tuple of allowed strings
     default: Any
     ge: float | None = None   # inclusive lower bound
     gt: float | None = None   # exclusive lower bound
@@ -51,6 +51,9 @@ TUNING_FIELDS: tuple[TuningField, ...] = (
                 doc="'local': the search process builds and times; 'queue': measurement workers "
                     "listening on the device's queue (measure:<kind>:<model>) do"),
     TuningField("verbose", int, 1, ge=0, le=2, doc="0 silent, 1 a line per round"),
+    TuningField("time_budget_s", "float|None", None, gt=0, le=30 * 86400,
+                doc="stop starting new rounds after this many seconds of tuning (None: the trial budget "
+                    "alone); the round under way when it runs out is finished"),
 )
 FIELDS_BY_NAME = {f.name: f for f in TUNING_FIELDS}
 
@@ -65,7 +68,7 @@ def _check(f: TuningField, value: Any) -> Any:
             raise fail(f"expected one of {list(f.type)}")
         return value
     if value is None:
-        if f.type == "int|None":
+        if f.type in ("int|None", "float|None"):
             return None
         raise fail("must not be null")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -100,6 +103,8 @@ class TuningOptions:
     population, num_iters : the evolutionary search's size (SketchPolicyParams)
     measure : "local" or "queue" (the service's measurement workers)
     verbose : int, 0 silent, 1 a progress line per round
+    time_budget_s : float or None, seconds of tuning after which no new round starts (a model's
+        TaskScheduler shares it among the tasks; None: only num_measure_trials bounds the search)
     builder, runner : "local" (LocalBuilder/LocalRunner with timeout_s and min_repeat_ms)
         or objects with ``build(inputs)`` / ``run(inputs, build_results)``; not serialized
     measure_callbacks : callables ``cb(policy, inputs, results)`` after every batch,
@@ -120,6 +125,7 @@ class TuningOptions:
     num_iters: int = 4
     measure: Literal["local", "queue"] = "local"
     verbose: int = 1
+    time_budget_s: float | None = None
     builder: Any = field(default="local", compare=False)
     runner: Any = field(default="local", compare=False)
     measure_callbacks: tuple = field(default=(), compare=False)

@@ -93,3 +93,35 @@ def test_apply_history_best_rejects_bad_input(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text("")
     assert ApplyHistoryBest(str(empty)).query("abc", "llvm") is None
+
+
+def _quiet_tune(scheduler, options):
+    with contextlib.redirect_stdout(io.StringIO()):
+        return scheduler.tune(options)
+
+
+def test_a_budget_smaller_than_one_round_per_task_still_reaches_every_task():
+    """TVM's rule: a round is at most trials / tasks (64 per round asked, 6 trials, 3 tasks:
+    2 each), so no task is left with its naive schedule."""
+    graph = mlp_graph().bind_params(weights())
+    tasks, task_weights = extract_tasks(graph, "llvm")
+    scheduler = sc.TaskScheduler(tasks[:3], task_weights[:3])
+    options = sc.TuningOptions(num_measure_trials=6, num_measures_per_round=64, population=16, num_iters=1,
+                               min_repeat_ms=1.0, repeat=1, timeout_s=20.0, verbose=0)
+    _quiet_tune(scheduler, options)
+    assert list(scheduler.task_cts) == [2, 2, 2]
+
+
+def test_the_time_budget_stops_starting_rounds():
+    """With time_budget_s no round starts after the budget: a budget shorter than one round
+    measures that one round (4 of the 100 trials) and stops; the option round-trips through JSON."""
+    graph = mlp_graph().bind_params(weights())
+    tasks, task_weights = extract_tasks(graph, "llvm")
+    scheduler = sc.TaskScheduler(tasks[:2], task_weights[:2])
+    options = sc.TuningOptions(num_measure_trials=100, num_measures_per_round=4, population=16, num_iters=1,
+                               min_repeat_ms=1.0, repeat=1, timeout_s=20.0, verbose=0, time_budget_s=0.001)
+    assert sc.TuningOptions.from_json(options.to_json()).time_budget_s == 0.001
+    _quiet_tune(scheduler, options)
+    assert int(scheduler.task_cts.sum()) == 4
+    with pytest.raises(InvalidWorkloadError, match="time_budget_s"):
+        sc.TuningOptions(time_budget_s=-1)
