@@ -22,6 +22,7 @@ from rich.table import Table
 from rq import Worker
 from rq.serializers import JSONSerializer
 
+from scheduler_core import frontend
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.job_state import ENDED_STATES, JobState
@@ -160,8 +161,7 @@ def read_model_graph(path: Path) -> Any:
     if not path.is_file():
         raise CliError(f"{path}: no such ONNX file")
     try:
-        from scheduler_core.frontend import from_onnx
-        graph = from_onnx(path)
+        graph = frontend.from_onnx(path)  # loads torch and onnx now (the package defers them)
     except ImportError as err:
         raise CliError(f"{path}: reading an ONNX model needs torch and onnx on this machine "
                        f"(pip install 'autosched[onnx]'): {err}") from None

@@ -8,7 +8,7 @@
 ``ops`` holds the tensor-expression definitions of the operators and ``fusion`` the graph
 builder that fuses elementwise consumers into their producer; neither needs torch.  Only
 ``pytorch`` (the importers), ``onnx_importer`` (ONNX nodes -> torch operators, then the same
-walk), ``torch_handlers`` and ``aten_handlers`` (the operator tables) import torch; they load
+walk) and ``torch_handlers`` (the operator tables: torch functions and modules, ATen) import torch; they load
 on first use of ``from_pytorch``, ``from_exported_program`` or ``from_onnx``, so importing
 this package works without torch.
 """

@@ -31,13 +31,18 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import onnx
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+from onnx import helper, numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
 from torch import nn
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.graph.ir import Graph
+
+from .pytorch import Recorder, TorchImporter
 
 __all__ = ["from_onnx", "ONNX_OPS", "OPSETS"]
 
@@ -60,9 +65,6 @@ def from_onnx(model: Any, shape_dict: dict | None = None) -> Graph:
     rejects, an opset outside 13-21, an input without a static shape, or a node whose op
     type or arguments are not covered (the message names the node and its op type).
     """
-    import onnx
-    from onnx import numpy_helper, shape_inference
-
     proto = _load(model)
     try:
         onnx.checker.check_model(proto)
@@ -100,9 +102,7 @@ def from_onnx(model: Any, shape_dict: dict | None = None) -> Graph:
         tr.node(node)
     gm = tr.finish([o.name for o in proto.graph.output])
     examples = [_example(input_shapes[v.name], v.type.tensor_type.elem_type) for v in inputs]
-    from .pytorch import TorchImporter, _Recorder
-
-    recorder = _Recorder(gm)
+    recorder = Recorder(gm)
     try:
         with torch.no_grad():
             recorder.run(*examples)
@@ -112,8 +112,6 @@ def from_onnx(model: Any, shape_dict: dict | None = None) -> Graph:
 
 
 def _load(model: Any):
-    import onnx
-
     try:
         if isinstance(model, onnx.ModelProto):
             return model
@@ -135,8 +133,6 @@ def _set_static_shape(value_info, shape: tuple) -> None:
 
 
 def _torch_dtype(elem_type: int) -> torch.dtype:
-    from onnx import helper
-
     return torch.from_numpy(np.zeros(0, helper.tensor_dtype_to_np_dtype(elem_type))).dtype
 
 
@@ -195,8 +191,6 @@ class _Translator:
         return self.g.call_function(fn, tuple(args), kwargs)
 
     def node(self, node) -> None:
-        from onnx import helper
-
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if node.input and all((not i) or i in self.consts for i in node.input) and node.op_type not in ("Dropout",):
             try:
@@ -223,9 +217,6 @@ class _Translator:
 
     def _fold(self, node) -> None:
         """Compute a node whose inputs are all constants now (ONNX's reference evaluator)."""
-        from onnx import helper
-        from onnx.reference import ReferenceEvaluator
-
         ins = [i for i in node.input if i]
         graph = helper.make_graph(
             [node], "fold",
@@ -452,8 +443,6 @@ def _t_cast(tr, node, a):
 
 
 def _t_constant(tr, node, a):
-    from onnx import numpy_helper
-
     if "value" in a:
         tr.consts[node.output[0]] = numpy_helper.to_array(a["value"])
     elif "value_float" in a:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch import export as torch_export
 from torch import nn
 
 from scheduler_core.base.errors import InvalidWorkloadError
@@ -37,7 +38,7 @@ from scheduler_core.graph.ir import Graph, register_func
 
 from . import ops
 from .fusion import GraphBuilder, Group, Stage, View, sanitize
-from .torch_handlers import FUNCTIONS, METHODS, MODULES, Unsupported
+from .torch_handlers import ATEN, FUNCTIONS, METHODS, MODULES, Unsupported
 
 __all__ = ["from_pytorch", "from_exported_program"]
 
@@ -77,7 +78,7 @@ def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
         except InvalidWorkloadError as export_error:
             raise InvalidWorkloadError(f"torch.fx cannot trace {type(module).__name__}: {fx_error}; "
                                        f"and {export_error}") from fx_error
-    recorder = _Recorder(gm)
+    recorder = Recorder(gm)
     try:
         with torch.no_grad():
             recorder.run(*inputs)
@@ -95,16 +96,12 @@ def from_exported_program(program: Any, example_inputs: Any = None) -> Graph:
         ExportedProgram, None uses the inputs it was exported with
     The program is functionalized (``run_decompositions`` with no decompositions: no in-place
     operators, the ATen operators kept whole), its parameters and buffers become the graph's
-    weights, and each ATen operator goes through ``aten_handlers.ATEN`` (what it does not
+    weights, and each ATen operator goes through ``torch_handlers.ATEN`` (what it does not
     lower, e.g. ``aten.embedding`` or ``aten.scaled_dot_product_attention``, runs the ATen
     operator as a library call), as :func:`from_pytorch` does for fx graphs.  Inputs are
     named as the program's placeholders.  Raises InvalidWorkloadError when the module cannot
     be exported or run, or an input is not a tensor.
     """
-    from torch import export as torch_export
-
-    from .aten_handlers import ATEN
-
     if isinstance(program, nn.Module):
         inputs = _tensor_inputs(example_inputs)
         try:
@@ -128,7 +125,7 @@ def from_exported_program(program: Any, example_inputs: Any = None) -> Graph:
         gm = ep.run_decompositions({}).module()
     except Exception as e:
         raise InvalidWorkloadError(f"cannot functionalize {name}: {e}") from e
-    recorder = _Recorder(gm)
+    recorder = Recorder(gm)
     try:
         with torch.no_grad():
             recorder.run(*inputs)
@@ -146,7 +143,7 @@ def _tensor_inputs(example_inputs: Any) -> tuple:
     return inputs
 
 
-class _Recorder(fx.Interpreter):
+class Recorder(fx.Interpreter):
     """Runs the traced module and keeps every node's value (for shapes, dtypes, constants)."""
 
     def __init__(self, gm: fx.GraphModule):

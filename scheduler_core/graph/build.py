@@ -18,7 +18,9 @@ Every program goes through ``driver.program.program_from_state`` (layout rewrite
 the passes, the bounds check), the one path from a schedule to a program.  The executor
 allocates every intermediate tensor once, at build time, and reuses it on every run; a
 library function receives NDArrays that share the executor's memory (``torch.from_dlpack``
-works on them) and writes its outputs in place.  A GraphModule is not reentrant: run it
+works on them) and writes its outputs in place.  Intermediates share memory when their
+lifetimes do not overlap (:func:`plan_memory`; ``lib.memory_plan`` reports the bytes).  A
+GraphModule is not reentrant: run it
 from one thread at a time.  CPU (``llvm``) targets only.
 """
 
@@ -182,6 +184,87 @@ def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | 
     return GraphModule(graph, t, compiled)
 
 
+MEMORY_ALIGN = 64  # bytes: every planned buffer starts on a cache line
+
+
+@dataclass
+class MemoryPlan:
+    """Where each call output of a graph lives: TVM's graph memory planning (liveness-based reuse).
+
+    ``storage``: the byte size of each storage block; ``assignment``: value name -> (block
+    index, shape, dtype).  A value's block is free again after the last call that reads it,
+    and a later output of the same or smaller size takes it (best fit); a call's outputs
+    never share a block with its own inputs, and graph outputs keep blocks of their own.
+    ``planned_bytes``: the sum of the blocks (what the executor allocates for call outputs);
+    ``unplanned_bytes``: one buffer per value; ``peak_live_bytes``: the most bytes of call
+    outputs alive at once (no plan needs fewer).
+    """
+
+    storage: list
+    assignment: dict
+    unplanned_bytes: int
+    peak_live_bytes: int
+
+    @property
+    def planned_bytes(self) -> int:
+        return int(sum(self.storage))
+
+    def buffers(self) -> dict:
+        """value name -> a C-contiguous numpy array viewing its storage block (zero-filled)."""
+        blocks = []
+        for nbytes in self.storage:
+            raw = np.zeros(nbytes + MEMORY_ALIGN, np.uint8)
+            start = -raw.ctypes.data % MEMORY_ALIGN
+            blocks.append(raw[start:start + nbytes])
+        out = {}
+        for name, (block, shape, dtype) in self.assignment.items():
+            dt = np.dtype(dtype)
+            n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            out[name] = blocks[block][:n].view(dt).reshape(shape)
+        return out
+
+
+def plan_memory(graph: Graph) -> MemoryPlan:
+    """The :class:`MemoryPlan` of ``graph``'s call outputs (calls run in order)."""
+    outputs = set(graph.outputs)
+    last_use: dict = {}
+    for i, call in enumerate(graph.calls):
+        for a in call.args:
+            last_use[a] = i
+    dying: dict = {}
+    for name, i in last_use.items():
+        dying.setdefault(i, []).append(name)
+    storage: list = []
+    free: list = []   # indices of free blocks
+    assignment: dict = {}
+    live = peak = unplanned = 0
+    for i, call in enumerate(graph.calls):
+        for o in call.outputs:
+            nbytes = max(1, int(np.prod(o.type.shape, dtype=np.int64)) * np.dtype(o.type.dtype).itemsize)
+            unplanned += nbytes
+            live += nbytes
+            fits = [b for b in free if storage[b] >= nbytes] if o.name not in outputs else []
+            if fits:
+                block = min(fits, key=lambda b: storage[b])
+                free.remove(block)
+            else:
+                block = len(storage)
+                storage.append(nbytes)
+            assignment[o.name] = (block, tuple(o.type.shape), str(o.type.dtype))
+        peak = max(peak, live)
+        for name in dying.get(i, ()):  # read for the last time by this call: its block is free now
+            if name in assignment and name not in outputs:
+                block, shape, dtype = assignment[name]
+                live -= max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+                free.append(block)
+        for o in call.outputs:  # an output nobody reads (and not a graph output) dies at once
+            if o.name not in last_use and o.name not in outputs:
+                block, shape, dtype = assignment[o.name]
+                live -= max(1, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+                free.append(block)
+    return MemoryPlan(storage, assignment, unplanned, peak)
+
+
 class GraphModule:
     """A compiled model (TVM's graph executor module).  Build it with :func:`build_graph`.
 
@@ -200,7 +283,8 @@ class GraphModule:
         # compiled function is bound to its buffers once (Module.prebind) instead of on every call
         runtime_args = (*graph.inputs, *graph.free_params)
         self._arg_buffers = {v.name: np.zeros(v.type.shape, v.type.dtype) for v in runtime_args}
-        self._buffers = {o.name: np.zeros(o.type.shape, o.type.dtype) for c in graph.calls for o in c.outputs}
+        self.memory_plan = plan_memory(graph)
+        self._buffers = self.memory_plan.buffers()
         self._values = {**{k: np.ascontiguousarray(v) for k, v in graph.bound.items()},
                         **self._arg_buffers, **self._buffers}
         self._wrapped = {name: as_ndarray(a) for name, a in self._values.items()}
