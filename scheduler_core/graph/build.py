@@ -194,7 +194,9 @@ class MemoryPlan:
     ``storage``: the byte size of each storage block; ``assignment``: value name -> (block
     index, shape, dtype).  A value's block is free again after the last call that reads it,
     and a later output of the same or smaller size takes it (best fit); a call's outputs
-    never share a block with its own inputs, and graph outputs keep blocks of their own.
+    never share a block with its own inputs, and graph outputs keep blocks of their own.  When
+    no free block is large enough, the largest free one grows (TVM's GraphPlanMemory reuses
+    storage the same way), so the blocks add up to little more than the peak.
     ``planned_bytes``: the sum of the blocks (what the executor allocates for call outputs);
     ``unplanned_bytes``: one buffer per value; ``peak_live_bytes``: the most bytes of call
     outputs alive at once (no plan needs fewer).
@@ -247,6 +249,10 @@ def plan_memory(graph: Graph) -> MemoryPlan:
             if fits:
                 block = min(fits, key=lambda b: storage[b])
                 free.remove(block)
+            elif free and o.name not in outputs:  # none is large enough: grow the largest free one
+                block = max(free, key=lambda b: storage[b])
+                free.remove(block)
+                storage[block] = nbytes
             else:
                 block = len(storage)
                 storage.append(nbytes)
