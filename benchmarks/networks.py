@@ -1,0 +1,216 @@
+"""Real networks end to end: import, (tune within a time budget,) build, and time beside PyTorch
+eager, ``torch.compile`` and ONNX Runtime in one process, batch 1.
+
+    python benchmarks/networks.py [--models resnet18,resnet50,mobilenet_v2,bert_layer,gpt2_block]
+        [--time-budget-s 0] [--threads 2] [--no-compile] [--out benchmarks/results/networks.json]
+
+For each model (random weights, eval mode):
+
+- ``frontend.from_pytorch`` (torch.fx, or torch.export when fx cannot trace it): the import path,
+  its time, the number of tensor-program calls and of library calls;
+- with ``--time-budget-s`` > 0 the model's tasks are tuned by ``TaskScheduler`` within that many
+  seconds (records in a temporary file, applied with ``ApplyHistoryBest``); 0 builds the default
+  schedules (untuned);
+- the ONNX export of the model (torch's TorchScript exporter, opset 17) imported with
+  ``frontend.from_onnx``: whether it imports, and its max relative error against torch;
+- times (median seconds per inference, ``--threads`` threads everywhere): ours
+  (``GraphModule.time_evaluator``), torch eager, ``torch.compile`` (inductor; ``--no-compile``
+  skips it), ONNX Runtime (CPUExecutionProvider, ``intra_op_num_threads`` = threads);
+- memory: the executor's planned bytes for call outputs, one buffer per value, the peak of
+  live call outputs, and the two largest call outputs;
+- max relative error of our output against torch's.
+
+torchvision, transformers and onnxruntime are needed only here (and in tests); a model whose
+package is missing is reported as skipped.  Writes the figures, the CPU model and the load
+average to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_util import cpu_model  # noqa: E402  (same folder)
+
+import scheduler_core as sc  # noqa: E402
+from scheduler_core.graph import ApplyHistoryBest, build_graph, extract_tasks  # noqa: E402
+from scheduler_core.graph.build import plan_memory  # noqa: E402
+
+
+class _FirstOutput:
+    """A Hugging Face block's hidden-state output (older versions return a tuple)."""
+
+    @staticmethod
+    def wrap(layer):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = layer
+
+            def forward(self, h):
+                out = self.layer(h)
+                return out[0] if isinstance(out, tuple) else out
+        return Wrapped()
+
+
+def make_model(name: str):
+    """(module in eval mode, example inputs) of a benchmark model, random weights."""
+    import torch
+
+    torch.manual_seed(0)
+    if name in ("resnet18", "resnet50", "mobilenet_v2"):
+        import torchvision
+
+        module = getattr(torchvision.models, name)(weights=None)
+        return module.eval(), (torch.randn(1, 3, 224, 224),)
+    if name == "bert_layer":
+        import transformers
+        from transformers.models.bert.modeling_bert import BertLayer
+
+        config = transformers.BertConfig(hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+                                         attn_implementation="eager")
+        return _FirstOutput.wrap(BertLayer(config)).eval(), (torch.randn(1, 128, 768),)
+    if name == "gpt2_block":
+        import transformers
+        from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+        config = transformers.GPT2Config(n_embd=768, n_head=12, n_positions=128, attn_implementation="eager")
+        return _FirstOutput.wrap(GPT2Block(config)).eval(), (torch.randn(1, 128, 768),)
+    raise SystemExit(f"unknown model {name!r}")
+
+
+def _median(fn, number: int, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t) / number)
+    return float(np.median(times))
+
+
+def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-30))
+
+
+def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: int, repeat: int) -> dict:
+    import torch
+
+    from scheduler_core.frontend import from_onnx, from_pytorch
+
+    torch.set_num_threads(threads)
+    module, xs = make_model(name)
+    x_np = [x.numpy() for x in xs]
+    with torch.no_grad():
+        want = module(*xs).numpy()
+    row: dict = {"model": name, "input_shapes": [list(x.shape) for x in xs]}
+    try:
+        torch.fx.symbolic_trace(module)
+        row["import_path"] = "torch.fx"
+    except Exception:
+        row["import_path"] = "torch.export"
+    t = time.perf_counter()
+    graph = from_pytorch(module, xs)
+    row["import_s"] = time.perf_counter() - t
+    row["tir_calls"] = sum(c.kind == "tir" for c in graph.calls)
+    row["library_calls"] = [c.func for c in graph.calls if c.kind != "tir"]
+    tasks, weights = extract_tasks(graph, "llvm")
+    row["tasks"] = len(tasks)
+    t = time.perf_counter()
+    if budget_s > 0:
+        log = os.path.join(tempfile.mkdtemp(prefix="networks_"), f"{name}.json")
+        scheduler = sc.TaskScheduler(tasks, weights)
+        scheduler.tune(sc.TuningOptions(num_measure_trials=100_000, num_measures_per_round=16, verbose=0,
+                                        time_budget_s=budget_s, measure_callbacks=[sc.RecordToFile(log)]))
+        row["trials"] = int(scheduler.task_cts.sum())
+        row["tuning_wall_s"] = time.perf_counter() - t
+        with ApplyHistoryBest(log):
+            lib = build_graph(graph, "llvm")
+    else:
+        lib = build_graph(graph, "llvm")
+        row["trials"], row["tuning_wall_s"] = 0, 0.0
+    row["build_s"] = time.perf_counter() - t - row["tuning_wall_s"]
+    got = lib(*x_np)
+    row["max_rel_error"] = _rel_error(got, want)
+    plan = plan_memory(graph)
+    sizes = sorted((int(np.prod(o.type.shape)) * np.dtype(o.type.dtype).itemsize
+                    for c in graph.calls for o in c.outputs), reverse=True)
+    row["memory"] = {"planned_bytes": plan.planned_bytes, "one_buffer_per_value_bytes": plan.unplanned_bytes,
+                     "peak_live_bytes": plan.peak_live_bytes, "two_largest_outputs_bytes": int(sum(sizes[:2]))}
+    timer = lib.time_evaluator(number=number, repeat=repeat)
+    times = {"ours": float(np.median(timer(*x_np).results))}
+    with torch.no_grad():
+        times["torch_eager"] = _median(lambda: module(*xs), number, repeat)
+        if compile_:
+            compiled = torch.compile(module)
+            t = time.perf_counter()
+            compiled(*xs)
+            row["torch_compile_s"] = time.perf_counter() - t
+            times["torch_compile"] = _median(lambda: compiled(*xs), number, repeat)
+    buf = io.BytesIO()
+    try:
+        torch.onnx.export(module, xs, buf, dynamo=False, opset_version=17, input_names=["x"])
+        onnx_bytes = buf.getvalue()
+        try:
+            og = from_onnx(onnx_bytes)
+            row["from_onnx"] = {"imports": True, "tir_calls": sum(c.kind == "tir" for c in og.calls),
+                                "library_calls": sum(c.kind != "tir" for c in og.calls),
+                                "max_rel_error": _rel_error(np.asarray(build_graph(og, "llvm")(*x_np)), want)}
+        except Exception as e:  # report, do not stop the benchmark
+            row["from_onnx"] = {"imports": False, "error": str(e)[:300]}
+        try:
+            import onnxruntime as ort
+
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+            sess = ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
+            feed = {"x": x_np[0]}
+            row["onnxruntime_max_rel_error"] = _rel_error(sess.run(None, feed)[0], want)
+            times["onnxruntime"] = _median(lambda: sess.run(None, feed), number, repeat)
+        except ImportError:
+            row["onnxruntime"] = "not installed"
+    except Exception as e:
+        row["onnx_export_error"] = str(e)[:300]
+    row["median_s"] = times
+    row["speedup_vs"] = {k: v / times["ours"] for k, v in times.items() if k != "ours"}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,bert_layer,gpt2_block")
+    ap.add_argument("--time-budget-s", type=float, default=0.0, help="tuning seconds per model (0: untuned)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--number", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default="benchmarks/results/networks.json")
+    args = ap.parse_args()
+    doc = {"meta": {"cpu": cpu_model(), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args),
+                    "loadavg_before": os.getloadavg()}, "results": []}
+    for name in args.models.split(","):
+        try:
+            row = run_model(name, args.time_budget_s, args.threads, not args.no_compile, args.number, args.repeat)
+        except ImportError as e:
+            row = {"model": name, "skipped": f"missing package: {e}"}
+        doc["results"].append(row)
+        print(json.dumps(row), flush=True)
+    doc["meta"]["loadavg_after"] = os.getloadavg()
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
