@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,25 @@ from workers.redis_conn import DATA_DIR_ENV
 from .errors import CliError
 
 # option name on the command line of the fields whose name is not their flag ("_" -> "-" otherwise)
-FLAG_NAMES = {"num_measure_trials": "--trials", "num_measures_per_round": "--per-round", "timeout_s": "--timeout"}
+FLAG_NAMES = {"num_measure_trials": "--trials", "num_measures_per_round": "--per-round", "timeout_s": "--timeout",
+              "time_budget_s": "--time"}
+DURATION_FIELDS = ("time_budget_s",)  # flags that take a duration: 1200, 90s, 20m, 1h30m
+_DURATION = re.compile(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*")
+
+
+def parse_duration(text: str, flag: str = "--time") -> float:
+    """Seconds of a duration written as ``1200``, ``90s``, ``20m``, ``1.5h`` or ``1h30m``.
+
+    Raises CliError (exit 2) naming ``flag`` for anything else or a duration of 0.
+    """
+    m = _DURATION.fullmatch(str(text))
+    if not m or not any(m.groups()):
+        raise CliError(f"{flag} {text}: expected seconds or a duration such as 90s, 20m, 1h30m")
+    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + sec
+    if total <= 0:
+        raise CliError(f"{flag} {text}: must be more than 0 seconds")
+    return total
 
 Server = Annotated[str, typer.Option("--server", envvar="AUTOSCHED_SERVER", help="API base URL")]
 Token = Annotated[str | None, typer.Option("--token", envvar="AUTOSCHED_API_TOKEN", help="bearer token")]
@@ -55,7 +74,8 @@ def _bounds(f: TuningField) -> str:
 
 def _option(f: TuningField) -> Any:
     """The ``Annotated[type | None, typer.Option(...)]`` of one tuning field."""
-    py_type: Any = str if isinstance(f.type, tuple) else {"int|None": int, "float|None": float}.get(f.type, f.type)
+    py_type: Any = str if isinstance(f.type, tuple) or f.name in DURATION_FIELDS else \
+        {"int|None": int, "float|None": float}.get(f.type, f.type)
     default = "never" if f.default is None else str(f.default)
     bounds = _bounds(f)
     doc = f.doc + (f" ({bounds})" if bounds else "")
@@ -69,6 +89,9 @@ def tuning_from_flags(values: dict[str, Any]) -> dict[str, Any]:
     Raises CliError (exit 2) naming the flag, e.g. ``--seed -1: must be >= 0``.
     """
     given = {name: v for name, v in values.items() if v is not None}
+    for name in DURATION_FIELDS:
+        if name in given:
+            given[name] = parse_duration(given[name], flag_name(FIELDS_BY_NAME[name]))
     for name, value in given.items():  # the library's bounds and types: one source for CLI and API
         f = FIELDS_BY_NAME[name]
         if isinstance(f.type, tuple) and value not in f.type:

@@ -35,7 +35,7 @@ from ..client import Client
 from ..main import create_app
 from ..settings import Settings
 from .errors import SERVICE_EXIT, CliError, one_line, read_json
-from .options import DEFAULT_SERVER, DataDir, RedisUrl, Server, Token, tuning_flags
+from .options import DEFAULT_SERVER, DataDir, RedisUrl, Server, Token, parse_duration, tuning_flags
 from .progress import follow, log_to_console, stderr_console
 from .summary import early_end_reason, final_line, numpy_reference_time
 
@@ -175,11 +175,15 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
                  target: Annotated[str, typer.Option()] = "llvm", trials: Trials = 64, wait: Wait = True,
                  out: Annotated[Path | None, typer.Option(help="write the model .tar.gz here when the job ends")]
                  = None,
+                 time: Annotated[str | None, typer.Option(
+                     "--time", help="tuning time budget of the whole model: seconds or 90s, 20m, 1h30m "
+                                    "(no round starts after it; --trials still caps the trials)")] = None,
                  server: Server = DEFAULT_SERVER, token: Token = None) -> None:
     """POST a whole model (one job over all its tasks); with --out, download its artifact."""
     graph_value = read_model_graph(graph)
+    budget = {} if time is None else {"time_budget_s": parse_duration(time)}
     with Client(server, token=token) as c:
-        created = c.create_model(graph_value, target=target, num_measure_trials=trials)
+        created = c.create_model(graph_value, target=target, num_measure_trials=trials, **budget)
         print_json(created)
         if wait or out:
             print_json(c.wait(created["job_id"]))

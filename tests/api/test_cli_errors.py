@@ -210,3 +210,16 @@ def test_entry_point_errors_have_no_traceback(files):
                 err[0].endswith(": connection refused; is `autosched serve` running?"), err
         else:
             assert err == [message]
+
+
+def test_time_budget_flags_take_durations():
+    """--time takes seconds or 90s / 20m / 1h30m; anything else is a usage error naming the flag."""
+    from api.cli.errors import CliError
+    from api.cli.options import parse_duration, tuning_from_flags
+
+    assert [parse_duration(t) for t in ("1200", "90s", "20m", "1.5h", "1h30m", "2m30s")] == \
+        [1200.0, 90.0, 1200.0, 5400.0, 5400.0, 150.0]
+    assert tuning_from_flags({"time_budget_s": "20m", "seed": None}) == {"time_budget_s": 1200.0}
+    for bad in ("20x", "m", "0", "-5", ""):
+        with pytest.raises(CliError, match="--time"):
+            parse_duration(bad)
