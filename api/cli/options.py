@@ -79,6 +79,8 @@ def _option(f: TuningField) -> Any:
     default = "never" if f.default is None else str(f.default)
     bounds = _bounds(f)
     doc = f.doc + (f" ({bounds})" if bounds else "")
+    if f.name in DURATION_FIELDS:
+        doc += "; seconds, or a duration such as 90s, 20m, 1h30m"
     return Annotated[py_type | None, typer.Option(flag_name(f), help=doc, show_default=default,
                                                   rich_help_panel="Tuning options")]
 
