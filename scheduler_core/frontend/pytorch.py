@@ -23,9 +23,11 @@ folded into weights; integers (``x.size(0)``) become constants.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -40,7 +42,7 @@ from . import ops
 from .fusion import GraphBuilder, Group, Stage, View, sanitize
 from .torch_handlers import ATEN, FUNCTIONS, METHODS, MODULES, Unsupported
 
-__all__ = ["from_pytorch", "from_exported_program"]
+__all__ = ["from_pytorch", "from_exported_program", "without_triton"]
 
 _LIBRARY_IDS = itertools.count()
 
@@ -102,6 +104,31 @@ def from_exported_program(program: Any, example_inputs: Any = None) -> Graph:
     named as the program's placeholders.  Raises InvalidWorkloadError when the module cannot
     be exported or run, or an input is not a tensor.
     """
+    with without_triton():
+        return _from_exported_program(program, example_inputs)
+
+
+@contextlib.contextmanager
+def without_triton() -> Iterator[None]:
+    """Run torch.export with the ``triton`` package hidden (unless it is loaded already).
+
+    torch.export probes for triton, and importing it loads ``libtriton.so``, which carries its
+    own copy of LLVM; with llvmlite's LLVM in the same process, a later JIT compile of ours
+    can abort the process.  Hidden, the probe answers "no triton" (nothing on the CPU path
+    needs it) and no second LLVM is loaded.
+    """
+    if "triton" in sys.modules:
+        yield
+        return
+    sys.modules["triton"] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        yield
+    finally:
+        if sys.modules.get("triton", 0) is None:
+            del sys.modules["triton"]
+
+
+def _from_exported_program(program: Any, example_inputs: Any) -> Graph:
     if isinstance(program, nn.Module):
         inputs = _tensor_inputs(example_inputs)
         try:
