@@ -68,6 +68,8 @@ def make_model(name: str):
     """(module in eval mode, example inputs) of a benchmark model, random weights."""
     import torch
 
+    from scheduler_core.frontend.pytorch import without_triton
+
     torch.manual_seed(0)
     if name in ("resnet18", "resnet50", "mobilenet_v2"):
         import torchvision
@@ -75,15 +77,17 @@ def make_model(name: str):
         module = getattr(torchvision.models, name)(weights=None)
         return module.eval(), (torch.randn(1, 3, 224, 224),)
     if name == "bert_layer":
-        import transformers
-        from transformers.models.bert.modeling_bert import BertLayer
+        with without_triton():  # transformers probes for triton, which brings a second LLVM
+            import transformers
+            from transformers.models.bert.modeling_bert import BertLayer
 
         config = transformers.BertConfig(hidden_size=768, num_attention_heads=12, intermediate_size=3072,
                                          attn_implementation="eager")
         return _FirstOutput.wrap(BertLayer(config)).eval(), (torch.randn(1, 128, 768),)
     if name == "gpt2_block":
-        import transformers
-        from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+        with without_triton():
+            import transformers
+            from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
         config = transformers.GPT2Config(n_embd=768, n_head=12, n_positions=128, attn_implementation="eager")
         return _FirstOutput.wrap(GPT2Block(config)).eval(), (torch.randn(1, 128, 768),)

@@ -142,8 +142,9 @@ def test_hugging_face_bert_layer_imports_through_torch_export():
     """The issue's case: torch.fx cannot trace a transformers BertLayer; from_pytorch imports it
     through torch.export, every operator lowered (q/k/v and output projections, the attention's
     two batch matmuls and softmax, both layer norms, the GELU feed-forward)."""
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.bert.modeling_bert import BertLayer
+    with without_triton():  # importing transformers probes for triton (a second LLVM in the process)
+        transformers = pytest.importorskip("transformers")
+        from transformers.models.bert.modeling_bert import BertLayer
 
     torch.manual_seed(0)
     config = transformers.BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128,
