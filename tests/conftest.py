@@ -35,6 +35,11 @@ import uuid
 import psutil
 import pytest
 
+# torch probes for triton (torch.export, importing transformers); libtriton.so carries a second
+# copy of LLVM, and beside llvmlite's in one test worker a later JIT compile can abort the worker
+# (and hang pytest-xdist).  No test needs triton: it stays hidden for the whole session.
+sys.modules.setdefault("triton", None)  # type: ignore[arg-type]
+
 RUN_ENV = "AUTOSCHED_TEST_RUN"
 GRACE_S = 5.0
 _SERVICE = re.compile(r"(^|[\s/])(redis-server|rq|rqworker|autosched)(\s|$)|\b(workers|api|rq)\.cli\b")
