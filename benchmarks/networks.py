@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_util import cpu_model  # noqa: E402  (same folder)
+from bench_util import best_of, cpu_model  # noqa: E402  (same folder)
 
 import scheduler_core as sc  # noqa: E402
 from scheduler_core.graph import ApplyHistoryBest, build_graph, extract_tasks  # noqa: E402
@@ -95,14 +95,8 @@ def make_model(name: str):
 
 
 def _median(fn, number: int, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t) / number)
-    return float(np.median(times))
+    fn()  # warm-up
+    return best_of(fn, repeat=repeat, number=number)
 
 
 def _rel_error(got: np.ndarray, want: np.ndarray) -> float:

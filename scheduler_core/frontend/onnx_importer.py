@@ -42,7 +42,7 @@ from torch import nn
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.graph.ir import Graph
 
-from .pytorch import Recorder, TorchImporter
+from .pytorch import import_fx_graph
 
 __all__ = ["from_onnx", "ONNX_OPS", "OPSETS"]
 
@@ -102,13 +102,7 @@ def from_onnx(model: Any, shape_dict: dict | None = None) -> Graph:
         tr.node(node)
     gm = tr.finish([o.name for o in proto.graph.output])
     examples = [_example(input_shapes[v.name], v.type.tensor_type.elem_type) for v in inputs]
-    recorder = Recorder(gm)
-    try:
-        with torch.no_grad():
-            recorder.run(*examples)
-    except Exception as e:
-        raise InvalidWorkloadError(f"the translated ONNX model fails on example inputs: {e}") from e
-    return TorchImporter(gm, recorder.values).run()
+    return import_fx_graph(gm, tuple(examples), "the translated ONNX model")
 
 
 def _load(model: Any):

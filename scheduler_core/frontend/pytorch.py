@@ -42,9 +42,10 @@ from . import ops
 from .fusion import GraphBuilder, Group, Stage, View, sanitize
 from .torch_handlers import ATEN, FUNCTIONS, METHODS, MODULES, Unsupported
 
-__all__ = ["from_pytorch", "from_exported_program", "without_triton"]
+__all__ = ["from_pytorch", "from_exported_program", "import_fx_graph", "without_triton"]
 
 _LIBRARY_IDS = itertools.count()
+_EXPORT_FUNCTIONS = {**FUNCTIONS, **ATEN}  # torch.export graphs hold ATen operators and getitem
 
 
 def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
@@ -80,13 +81,20 @@ def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
         except InvalidWorkloadError as export_error:
             raise InvalidWorkloadError(f"torch.fx cannot trace {type(module).__name__}: {fx_error}; "
                                        f"and {export_error}") from fx_error
+    return import_fx_graph(gm, inputs, type(module).__name__)
+
+
+def import_fx_graph(gm: fx.GraphModule, inputs: tuple, what: str, functions: dict | None = None) -> Graph:
+    """The Graph of the fx graph ``gm`` run on ``inputs`` (every node's value recorded), each node
+    through ``functions`` (default: the fx table).  The one walk of all three importers.
+    Raises InvalidWorkloadError naming ``what`` when the graph fails on the inputs."""
     recorder = Recorder(gm)
     try:
         with torch.no_grad():
             recorder.run(*inputs)
     except Exception as e:
-        raise InvalidWorkloadError(f"{type(module).__name__} fails on the example inputs: {e}") from e
-    return TorchImporter(gm, recorder.values).run()
+        raise InvalidWorkloadError(f"{what} fails on the example inputs: {e}") from e
+    return TorchImporter(gm, recorder.values, functions=functions).run()
 
 
 def from_exported_program(program: Any, example_inputs: Any = None) -> Graph:
@@ -152,13 +160,7 @@ def _from_exported_program(program: Any, example_inputs: Any) -> Graph:
         gm = ep.run_decompositions({}).module()
     except Exception as e:
         raise InvalidWorkloadError(f"cannot functionalize {name}: {e}") from e
-    recorder = Recorder(gm)
-    try:
-        with torch.no_grad():
-            recorder.run(*inputs)
-    except Exception as e:
-        raise InvalidWorkloadError(f"{name} fails on the example inputs: {e}") from e
-    return TorchImporter(gm, recorder.values, functions={**FUNCTIONS, **ATEN}).run()
+    return import_fx_graph(gm, inputs, name, functions=_EXPORT_FUNCTIONS)
 
 
 def _tensor_inputs(example_inputs: Any) -> tuple:
