@@ -17,6 +17,10 @@ from tests.workloads import matmul_add
 NO_NVCC = nvcc_available()
 
 
+# slow tier: twice in the fast tier under xdist (2026-11-28), the emulation of the candidate this
+# test picks aborted inside LLVM's finalize_object and took its worker down (xdist then hung); the
+# candidate depends on which builds pass under load.  Root cause not found yet.
+@pytest.mark.slow
 @pytest.mark.skipif(NO_NVCC is not None, reason=f"nvcc: {NO_NVCC}")
 @pytest.mark.skipif(sc.cuda(0).exist, reason="a CUDA device is present: the runner would time the kernels")
 def test_cuda_search_builds_every_candidate_and_records_no_device(tmp_path):
