@@ -9,6 +9,7 @@ talk to an in-process app.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -119,6 +120,16 @@ class Client:
         Returns ``{model_id, job_id, tasks}``."""
         graph = json.loads(graph) if isinstance(graph, str) else graph
         return self._call("POST", "/models", json={"graph": graph, "target": target, "tuning": tuning}).json()
+
+    def upload_model(self, onnx_path: str | os.PathLike, target: str = "llvm",
+                     shapes: dict[str, list[int]] | None = None, **tuning) -> dict:
+        """POST /models as multipart/form-data: the ONNX file at ``onnx_path`` (imported by the
+        service), ``shapes`` for inputs with symbolic dims, ``tuning``: TuningOptions fields.
+        Returns ``{model_id, job_id, tasks}``; ApiError 422 names the node the importer refused."""
+        with open(onnx_path, "rb") as f:
+            files = {"model": (os.path.basename(onnx_path), f, "application/octet-stream")}
+            data = {"target": target, "tuning": json.dumps(tuning), "shapes": json.dumps(shapes or {})}
+            return self._call("POST", "/models", files=files, data=data).json()
 
     def model(self, model_id: str) -> dict:
         return self._call("GET", f"/models/{model_id}").json()

@@ -108,20 +108,26 @@ class BodyTooLarge(StarletteHTTPException):
 
     error_name = "ContentTooLarge"
 
-    def __init__(self, limit: int):
-        super().__init__(413, f"Content Too Large: the request body is over max_body_bytes={limit}")
+    def __init__(self, limit: int, setting: str = "max_body_bytes"):
+        super().__init__(413, f"Content Too Large: the request body is over {setting}={limit}")
 
 
 class BodyLimitMiddleware:
     """413 for a request whose body passes ``max_body_size`` bytes: at once when its Content-Length
     says so, else as soon as the streamed body passes it (FastAPI's own limit answers in plain
-    text, and from outside every user middleware, so before the token check)."""
+    text, and from outside every user middleware, so before the token check).
 
-    def __init__(self, app: ASGIApp, max_body_size: int | None):
-        self.app, self.max_body_size = app, max_body_size
+    ``upload_sizes``: {path: limit} for multipart/form-data POSTs to those paths (an uploaded
+    model file, Settings.max_model_upload_bytes), instead of ``max_body_size``."""
+
+    def __init__(self, app: ASGIApp, max_body_size: int | None, upload_sizes: dict[str, int] | None = None):
+        self.app, self.max_body_size, self.upload_sizes = app, max_body_size, dict(upload_sizes or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = self.max_body_size
+        limit, setting = self.max_body_size, "max_body_bytes"
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].rstrip("/") in self.upload_sizes \
+                and Headers(scope=scope).get("content-type", "").lower().startswith("multipart/form-data"):
+            limit, setting = self.upload_sizes[scope["path"].rstrip("/")], "max_model_upload_bytes"
         if scope["type"] != "http" or limit is None:
             await self.app(scope, receive, send)
             return
@@ -130,7 +136,7 @@ class BodyLimitMiddleware:
         except ValueError:
             declared = None
         if declared is not None and declared > limit:
-            too_large = BodyTooLarge(limit)
+            too_large = BodyTooLarge(limit, setting)
             await error_json(413, too_large.error_name, str(too_large.detail))(scope, receive, send)
             return
         received, started = 0, False
@@ -141,7 +147,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise BodyTooLarge(limit)
+                    raise BodyTooLarge(limit, setting)
             return message
 
         async def tracking_send(message: Message) -> None:

@@ -22,6 +22,7 @@ document lists each route's error statuses with that schema (``api.errors.error_
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
@@ -93,7 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     open_paths = frozenset(("/healthz", metrics.METRICS_PATH, DOCS_URL, REDOC_URL, OPENAPI_URL, OAUTH2_REDIRECT_URL,
                             *dashboard.OPEN_PATHS))
     # The last added runs first: the token check, then the body limit (both before routing).
-    app.add_middleware(BodyLimitMiddleware, max_body_size=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_size=settings.max_body_bytes,
+                       upload_sizes={models.UPLOAD_PATH: settings.max_model_upload_bytes})
     app.add_middleware(TokenAuthMiddleware, open_paths=open_paths,
                        open_prefixes=(f"{STATIC_URL}/", *dashboard.OPEN_PREFIXES))
     _add_docs(app, settings.project_name)
@@ -106,7 +108,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(dashboard.router)  # the web pages (their data: the routes above)
+    _document_bodies(app, models.BODY_SCHEMAS)
     return app
+
+
+def _document_bodies(app: FastAPI, bodies: tuple) -> None:
+    """Put ``bodies`` (pydantic models a route reads itself, e.g. POST /models' two content types)
+    in the OpenAPI document's components, where the routes' ``openapi_extra`` refer to them."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = generate()
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        for body in bodies:
+            schema = body.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in schema.pop("$defs", {}).items():
+                schemas.setdefault(name, sub)
+            schemas[body.__name__] = schema
+        return document
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def __getattr__(name: str):

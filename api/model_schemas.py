@@ -51,6 +51,21 @@ class ModelCreate(BaseModel):
     tuning: TuningOptions = Field(default_factory=TuningOptions)
 
 
+class ModelUpload(BaseModel):
+    """POST /models as multipart/form-data: an ONNX model file and, as JSON text fields, the
+    target, the tuning options and the shapes of inputs with symbolic dims.  The service imports
+    the file (``frontend.from_onnx``, opsets 13-21); its weights are read for constant folding
+    and then dropped (the artifact takes them as parameters)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: bytes = Field(json_schema_extra={"format": "binary"},
+                         description="the .onnx file (at most Settings.max_model_upload_bytes)")
+    target: Target = "llvm"
+    tuning: str = Field("{}", description="TuningOptions as JSON text, e.g. {\"num_measure_trials\": 64}")
+    shapes: str = Field("{}", description="{input name: [dims]} as JSON text, for inputs with symbolic dims")
+
+
 class ModelTaskRef(FromRecord):
     """One task of a model (``workers.records.ModelTaskRef``): the graph functions with one DAG."""
 

@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     max_dag_depth: int = 256               # deepest expression nesting (a leaf is depth 1)
     max_dag_nodes: int = 100_000           # expression nodes, vars, ops and attr values in all
     max_body_bytes: int = 8 * 2**20        # largest accepted request body, in bytes
+    # An ONNX model uploaded to POST /models (multipart): its largest body in bytes, and the
+    # seconds its import (a child process, workers.onnx_import) may take before it is stopped.
+    max_model_upload_bytes: int = Field(512 * 2**20, ge=1)
+    onnx_import_timeout_s: float = Field(300.0, gt=0)
     records_page_max: int = 1000           # most records in one page of GET /tasks/{id}/records
     # Bounds on work (api.limits; see the module docstring for the status of each).
     max_dag_ops: int = Field(256, ge=1)                      # ops of one DAG, placeholders included

@@ -171,19 +171,32 @@ def read_model_graph(path: Path) -> Any:
 
 
 def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (Graph.to_json: graph + every DAG), "
-                                                            "or an .onnx model (imported here with from_onnx)")],
+                                                            "or an .onnx model (uploaded; the service imports it)")],
                  target: Annotated[str, typer.Option()] = "llvm", trials: Trials = 64, wait: Wait = True,
+                 import_here: Annotated[bool, typer.Option(
+                     "--import-here", help="import an .onnx model on this machine (from_onnx: needs torch and "
+                                           "onnx here) and send only its graph, not the file")] = False,
                  out: Annotated[Path | None, typer.Option(help="write the model .tar.gz here when the job ends")]
                  = None,
                  time: Annotated[str | None, typer.Option(
                      "--time", help="tuning time budget of the whole model: seconds or 90s, 20m, 1h30m "
                                     "(no round starts after it; --trials still caps the trials)")] = None,
                  server: Server = DEFAULT_SERVER, token: Token = None) -> None:
-    """POST a whole model (one job over all its tasks); with --out, download its artifact."""
-    graph_value = read_model_graph(graph)
-    budget = {} if time is None else {"time_budget_s": parse_duration(time)}
+    """POST a whole model (one job over all its tasks); with --out, download its artifact.
+
+    An .onnx file is uploaded as it is (multipart) and imported by the service; with
+    --import-here it is imported on this machine and only its graph is sent."""
+    upload = graph.suffix.lower() == ".onnx" and not import_here
+    if upload and not graph.is_file():
+        raise CliError(f"{graph}: no such ONNX file")
+    tuning: dict[str, Any] = {"num_measure_trials": trials}
+    if time is not None:
+        tuning["time_budget_s"] = parse_duration(time)
     with Client(server, token=token) as c:
-        created = c.create_model(graph_value, target=target, num_measure_trials=trials, **budget)
+        if upload:
+            created = c.upload_model(graph, target=target, **tuning)
+        else:
+            created = c.create_model(read_model_graph(graph), target=target, **tuning)
         print_json(created)
         if wait or out:
             print_json(c.wait(created["job_id"]))

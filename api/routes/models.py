@@ -1,6 +1,11 @@
 """The model resource: a whole model tuned as one job over all its tasks (seed 002).
 
-    POST /models {graph, target, tuning}
+    POST /models {graph, target, tuning}                       (application/json: ModelCreate)
+    POST /models model=@net.onnx target=llvm tuning={...} shapes={...}   (multipart/form-data)
+        an uploaded ONNX file (at most Settings.max_model_upload_bytes) is imported in a child
+        process (workers.onnx_import: frontend.from_onnx, at most Settings.onnx_import_timeout_s;
+        422 naming the node and op type, 503 when the service has no torch/onnx); its graph
+        then goes the way of a JSON graph:
         --Graph.from_json (DAG limits from Settings; 422 naming the field, e.g.
           graph.calls[2].args[0])--> one task per distinct workload_key of its tensor programs
         --ModelStore.create_model_with_job (tasks, model, queued job in one Redis transaction;
@@ -21,10 +26,20 @@ the model's trials over all its jobs, the token's active jobs, the queued jobs) 
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+import os
+import shutil
+import tempfile
+import threading
+from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from redis import Redis
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.base.target import Target
@@ -32,6 +47,7 @@ from scheduler_core.graph.ir import Graph
 from workers.best import describe_best
 from workers.model_artifact import artifact_member
 from workers.model_store import ModelStore, model_tasks
+from workers.onnx_import import OnnxImportUnavailable, import_onnx_file
 from workers.records import ModelRecord
 
 from ..admit import admit_and_enqueue
@@ -54,10 +70,14 @@ from ..model_schemas import (
     ModelTaskBest,
     ModelTaskPublic,
     ModelTaskRef,
+    ModelUpload,
 )
 from ..schemas import BestPublic
 
 router = APIRouter(prefix="/models", tags=["models"])
+UPLOAD_PATH = "/models"  # where a multipart ONNX upload goes (its own body limit: api.deps.BodyLimitMiddleware)
+BODY_SCHEMAS = (ModelCreate, ModelUpload)  # the bodies create_model reads itself (documented by api.main)
+_IMPORTS = threading.BoundedSemaphore(1)  # ONNX imports at once (each a child process loading torch)
 
 MAX_MODEL_FUNCTIONS = 256  # tensor-program functions of one graph (each also bounded by the DAG limits)
 MODEL_LINKS = {
@@ -69,6 +89,13 @@ MODEL_LINKS = {
 
 class ModelNotSupported(LimitExceeded):
     """A model asked for something model jobs do not do (a cuda target) (422)."""
+
+
+class OnnxImportBusy(LimitExceeded):
+    """The service cannot import an uploaded ONNX model now (503, Retry-After): another import
+    runs, the import passed its time limit, or torch/onnx are not installed where it runs."""
+
+    status = 503
 
 
 def _graph(body: ModelCreate, settings) -> Graph:
@@ -103,18 +130,126 @@ def _model(conn: Redis, model_id: str) -> tuple[ModelStore, ModelRecord]:
     return store, meta
 
 
+def _schema_ref(model: Any) -> dict:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
 @router.post("", status_code=201, response_model=ModelCreated, operation_id="create_model",
              responses={201: {"description": "The model, its tasks and its job", "links": MODEL_LINKS},
-                        **error_responses(409, 413, 422, 429, 503)})
-def create_model(body: ModelCreate, settings: SettingsDep, conn: ConnDep, token: RateLimitedToken) -> ModelCreated:
-    """Validate the graph, store its tasks (one per distinct DAG) and start one job over all of them."""
-    tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
-    trials = tuning["num_measure_trials"]
-    check_job_trials(settings, trials)
+                        **error_responses(409, 413, 422, 429, 503)},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": _schema_ref(ModelCreate)},
+                 "multipart/form-data": {"schema": _schema_ref(ModelUpload)}}}})
+async def create_model(request: Request, settings: SettingsDep, conn: ConnDep,
+                       token: RateLimitedToken) -> ModelCreated:
+    """Validate the graph, store its tasks (one per distinct DAG) and start one job over all of them.
+
+    The body is a ModelCreate (application/json: the graph as JSON) or a ModelUpload
+    (multipart/form-data: an ONNX file, imported here with ``frontend.from_onnx``; its weights
+    are read for constant folding and not kept)."""
+    if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+        try:
+            form = await request.form(max_files=1, max_fields=len(ModelUpload.model_fields))
+        except StarletteHTTPException as err:  # Starlette's 400 for a malformed or oversized form
+            raise RequestValidationError([{"type": "value_error", "loc": ("body",),
+                                           "msg": f"multipart body: {err.detail}"}]) from None
+        try:
+            return await run_in_threadpool(_create_from_upload, form, settings, conn, token)
+        finally:
+            await form.close()
+    body = _validated(_json_body(await request.body()))
+    return await run_in_threadpool(_create, body, settings, conn, token)
+
+
+def _json_body(raw: bytes) -> Any:
+    """The request's JSON value; a 422 like FastAPI's for a body that is not JSON."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise InvalidWorkloadError("JSON nested too deeply to parse", "body") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
+                                       "msg": f"request body: not valid JSON ({type(err).__name__})"}]) from None
+
+
+def _validated(value: Any, loc: tuple = ("body",)) -> ModelCreate:
+    """``value`` as a ModelCreate; a RequestValidationError (422) whose issues' locs start with ``loc``."""
+    try:
+        return ModelCreate.model_validate(value)
+    except ValidationError as err:
+        raise RequestValidationError([{**e, "loc": (*loc, *e["loc"])}
+                                      for e in err.errors(include_url=False, include_input=False)]) from None
+
+
+def _form_json(form, name: str, default: Any) -> Any:
+    value = form.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise RequestValidationError([{"type": "string_type", "loc": ("body", name),
+                                       "msg": f"form field {name!r} must be text (JSON), not a file"}])
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", name),
+                                       "msg": f"form field {name!r} is not valid JSON"}]) from None
+
+
+def _create_from_upload(form, settings, conn: Redis, token: str) -> ModelCreated:
+    """POST /models with multipart/form-data: check the form, import the ONNX file, then :func:`_create`."""
+    unknown = sorted(set(form.keys()) - set(ModelUpload.model_fields))
+    if unknown:
+        raise RequestValidationError([{"type": "extra_forbidden", "loc": ("body", unknown[0]),
+                                       "msg": f"unknown form field {unknown[0]!r}; the fields are "
+                                              f"{', '.join(ModelUpload.model_fields)}"}])
+    twice = next((name for name in form.keys() if len(form.getlist(name)) > 1), None)
+    if twice:
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", twice),
+                                       "msg": f"form field {twice!r} is given more than once"}])
+    upload = form.get("model")
+    if not isinstance(upload, UploadFile):
+        raise RequestValidationError([{"type": "missing", "loc": ("body", "model"),
+                                       "msg": "form field 'model' must be the .onnx file (a file part)"}])
+    target = form.get("target", "llvm")
+    body = _validated({"graph": {}, "target": target, "tuning": _form_json(form, "tuning", {})})
+    shapes = _form_json(form, "shapes", {})
+    if not (isinstance(shapes, dict) and all(isinstance(v, list) and all(type(d) is int and d > 0 for d in v)
+                                             for v in shapes.values())):
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", "shapes"),
+                                       "msg": "shapes must be a JSON object {input name: [positive int dims]}"}])
+    _check_before_graph(body, settings, conn)  # cheap refusals before the import
+    if not _IMPORTS.acquire(timeout=settings.onnx_import_timeout_s):
+        raise OnnxImportBusy("another ONNX model is being imported; retry later", retry_after_s=30)
+    try:
+        with tempfile.TemporaryDirectory(prefix="autosched-onnx-") as tmp:
+            path = os.path.join(tmp, "model.onnx")
+            with open(path, "wb") as f:
+                upload.file.seek(0)
+                shutil.copyfileobj(upload.file, f)
+            try:
+                graph = import_onnx_file(path, shapes, timeout_s=settings.onnx_import_timeout_s)
+            except OnnxImportUnavailable as err:
+                raise OnnxImportBusy(str(err), retry_after_s=30) from None
+    finally:
+        _IMPORTS.release()
+    return _create(body.model_copy(update={"graph": graph}), settings, conn, token)
+
+
+def _check_before_graph(body: ModelCreate, settings, conn: Redis) -> None:
+    """The refusals that do not need the graph: trials over the job limit, a GPU target, no
+    measurement worker for ``"measure": "queue"``."""
+    tuning = body.tuning.model_dump()
+    check_job_trials(settings, tuning["num_measure_trials"])
     if Target.parse(body.target).is_gpu:
         raise ModelNotSupported(f"target {body.target!r}: whole models are tuned for CPU (llvm) targets; "
                                 "tune a cuda function with POST /tasks")
     check_measure_listener(conn, tuning["measure"], body.target)
+
+
+def _create(body: ModelCreate, settings, conn: Redis, token: str) -> ModelCreated:
+    tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
+    trials = tuning["num_measure_trials"]
+    _check_before_graph(body, settings, conn)
     graph = _graph(body, settings)
     store = ModelStore(conn)
 

@@ -4,6 +4,7 @@ commands and the Python client; ``records export`` then ``records import``."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -95,6 +96,19 @@ def test_serve_submit_best_artifact_and_records_round_trip(tmp_path):
         assert res.returncode == 0, res.stderr
         lines = (tmp_path / "rec.jsonl").read_text().splitlines()
         assert len(lines) == 4
+        if importlib.util.find_spec("onnx") and importlib.util.find_spec("torch"):
+            # an ONNX file is uploaded as it is; the service imports it (workers.onnx_import)
+            import numpy as np
+            import onnx
+
+            from tests.scheduler_core.frontend.test_onnx import small_cnn
+            onnx.save(small_cnn(np.random.default_rng(0)), str(tmp_path / "cnn.onnx"))
+            res = run("submit-model", str(tmp_path / "cnn.onnx"), "--trials", "5", "--no-wait")
+            assert res.returncode == 0, res.stderr
+            created = json.loads(res.stdout[: res.stdout.rindex("}") + 1])
+            assert len(created["tasks"]) == 5, created
+            res = run("cancel", created["job_id"])
+            assert res.returncode == 0, res.stderr
     finally:
         _stop_serve(server)
     # The exported records load with the library's reader once the DAG line is added.

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from api.client import Client
+from api.client import ApiError, Client
 from api.main import create_app
 from api.settings import Settings
 from tests.workers.test_model_jobs import model_graph, model_inputs, open_artifact, reference_outputs, run_artifact
@@ -165,3 +165,85 @@ def test_submit_model_takes_an_onnx_file(client, tmp_path):
     assert err.value.code == 2
     with pytest.raises(CliError, match="no such ONNX file"):
         read_model_graph(tmp_path / "missing.onnx")
+
+
+def _bad_onnx(path):
+    """A model with a node the importer does not cover (Hardmax, named 'pick')."""
+    import onnx
+    from onnx import helper
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])
+    bad = helper.make_model(helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"], name="pick")], "m", [x],
+                                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])]),
+                            opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(bad, str(path))
+    return path
+
+
+def test_onnx_uploads_that_cannot_be_imported_are_422s(client, tmp_path):
+    """POST /models as multipart/form-data: the service imports the file in a child process;
+    what it refuses is a 422 naming the node and op type (or the form field), never a 500."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("torch")
+    api = Client(http=client)
+    with pytest.raises(ApiError) as err:
+        api.upload_model(_bad_onnx(tmp_path / "bad.onnx"), num_measure_trials=4)
+    assert err.value.status == 422 and err.value.body["path"] == "model", err.value.body
+    assert "node 'pick' (Hardmax)" in err.value.detail
+    (tmp_path / "junk.onnx").write_bytes(b"not a protobuf at all \xff\xfe")
+    with pytest.raises(ApiError) as err:
+        api.upload_model(tmp_path / "junk.onnx")
+    assert err.value.status == 422 and "ONNX" in err.value.detail, err.value.body
+    form = {"model": ("m.onnx", b"x", "application/octet-stream")}
+    cases = [({"tuning": "{not json"}, form, ["body", "tuning"]),
+             ({"tuning": '{"num_measure_trials": "many"}'}, form, ["body", "tuning", "num_measure_trials"]),
+             ({"weights": "{}"}, form, ["body", "weights"]),
+             ({}, {"target": (None, "llvm")}, ["body", "model"]),   # multipart without a file part
+             ({"shapes": '{"x": [0]}'}, form, ["body", "shapes"])]
+    for data, files, loc in cases:
+        r = client.post("/models", data=data, files=files)
+        assert r.status_code == 422, (data, r.text)
+        assert r.json()["detail"][0]["loc"] == loc, (data, r.json())
+    r = client.post("/models", data={"target": "cuda"}, files=form)  # refused before any import
+    assert r.status_code == 422 and "CPU" in r.json()["detail"]
+
+
+def test_an_onnx_upload_over_the_limit_is_413(conn):
+    url = f"unix://{conn.connection_pool.connection_kwargs['path']}"
+    small = TestClient(create_app(Settings(redis_url=url, rate_limit_per_s=0, max_model_upload_bytes=1000)))
+    r = small.post("/models", files={"model": ("m.onnx", b"x" * 5000, "application/octet-stream")})
+    assert r.status_code == 413 and "max_model_upload_bytes=1000" in r.json()["detail"], r.text
+    r = small.post("/models", json=payload())  # a JSON body keeps max_body_bytes
+    assert r.status_code == 201, r.text
+    assert small.delete(f"/jobs/{r.json()['job_id']}").json()["state"] == "cancelled"
+
+
+def test_an_uploaded_onnx_model_is_tuned_and_its_artifact_runs(client, conn, tmp_path):
+    """The whole path of an ONNX user: upload the file, one job tunes every task, the artifact
+    (model.so + graph.json) runs the model with the weights the user holds, as ONNX's reference."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("torch")
+    from onnx.reference import ReferenceEvaluator
+
+    from scheduler_core import frontend
+    from tests.scheduler_core.frontend.test_onnx import small_cnn
+
+    proto = small_cnn(np.random.default_rng(0))
+    path = tmp_path / "cnn.onnx"
+    onnx.save(proto, str(path))
+    worker = start_worker_process(conn, burst=False)
+    try:
+        api = Client(http=client)
+        created = api.upload_model(path, "llvm", num_measure_trials=5, **TUNING)
+        assert len(created["tasks"]) == 5  # conv+bn+relu, max pool, conv+relu, global pool, gemm
+        job = api.wait(created["job_id"], poll_s=0.3, timeout_s=300)
+        assert job["state"] == "finished" and job["trials_done"] == 5, job
+        assert all(t["trials"] >= 1 for t in api.model(created["model_id"])["tasks"])  # every task warmed up
+        so, _, gj = open_artifact(api.model_artifact(created["model_id"]), tmp_path)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    local = frontend.from_onnx(path)  # the user's weights: the graph's bound params, in order
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (got,) = run_artifact(so, gj, x, *[np.asarray(local.bound[p.name]) for p in local.params])
+    (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
