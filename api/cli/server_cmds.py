@@ -198,6 +198,7 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
         else:
             created = c.create_model(read_model_graph(graph), target=target, **tuning)
         print_json(created)
+        typer.echo(f"dashboard: {server.rstrip('/')}/dashboard/models/{created['model_id']}", err=True)
         if wait or out:
             print_json(c.wait(created["job_id"]))
             print_json(c.model(created["model_id"]))

@@ -1,4 +1,4 @@
-"""The web dashboard: two HTML pages served from the package, which call the JSON API.
+"""The web dashboard: three HTML pages served from the package, which call the JSON API.
 
     GET /                       -> 307 to /dashboard
     GET /dashboard              the task list (api/static/dashboard/index.html + list.js: GET /tasks)
@@ -6,6 +6,9 @@
                                 drawn by the vendored uPlot), best schedule and lowered program
                                 (GET /tasks/{id}/best), artifact links, resume, and the latest job
                                 polled (GET /jobs/{id}) while it runs
+    GET /dashboard/models/{id}  one model (model.html + model.js: GET /models/{id}): the latest job's
+                                progress and a row per task (weight, trials, best latency, GFLOP/s,
+                                weighted latency and its share), the artifact links once written
 
 The pages hold no data, so they are served without a token (``OPEN_PATHS``, ``OPEN_PREFIXES``:
 the app's token middleware lets them through); their scripts send ``Authorization: Bearer``
@@ -53,3 +56,9 @@ def task_list_page() -> FileResponse:
 def task_page(task_id: str) -> FileResponse:
     """The page of one task (its script reads the task id from the address)."""
     return _page("task.html")
+
+
+@router.get(PREFIX + "/models/{model_id}")
+def model_page(model_id: str) -> FileResponse:
+    """The page of one model (its script reads the model id from the address)."""
+    return _page("model.html")

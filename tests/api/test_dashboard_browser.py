@@ -34,6 +34,7 @@ from api.main import create_app
 from api.routes.dashboard import DASHBOARD_DIR
 from api.settings import Settings
 from tests.api.live_server import live_server, run_burst_worker
+from tests.workers.test_model_jobs import model_graph
 from tests.workloads import matmul_add
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +77,7 @@ def test_pages_and_assets_are_served_from_the_package():
     assert r.status_code == 307 and r.headers["location"] == "/dashboard"
     assert client.get("/tasks").status_code == 401  # the data needs the token, the pages do not
     assets = set()
-    for path in ("/dashboard", "/dashboard/", "/dashboard/tasks/some-task-id"):
+    for path in ("/dashboard", "/dashboard/", "/dashboard/tasks/some-task-id", "/dashboard/models/some-model-id"):
         r = client.get(path)
         assert r.status_code == 200, (path, r.text)
         assert r.headers["content-type"] == "text/html; charset=utf-8"
@@ -88,7 +89,8 @@ def test_pages_and_assets_are_served_from_the_package():
             if ref.startswith("/static/"):
                 assets.add(ref)
     assert {"/static/dashboard/common.js", "/static/dashboard/list.js", "/static/dashboard/task.js",
-            "/static/dashboard/dashboard.css", "/static/dashboard/vendor/uplot/uPlot.iife.min.js",
+            "/static/dashboard/model.js", "/static/dashboard/dashboard.css",
+            "/static/dashboard/vendor/uplot/uPlot.iife.min.js",
             "/static/dashboard/vendor/uplot/uPlot.min.css"} <= assets
     types = {".js": ("text/javascript", "application/javascript"), ".css": ("text/css",)}
     for ref in sorted(assets):
@@ -235,6 +237,27 @@ def test_dashboard_in_chromium(server, driver, downloads):
     driver.execute_script("document.getElementById('log-box').open = true")
     driver.save_screenshot(str(SCREENSHOT))  # 8 points: the first job's 4 and the resumed job's 4
     assert SCREENSHOT.stat().st_size > 10_000
+    seen += _requests(driver)
+
+    # A model's page: TVM's task scheduler table, one row per task, after a model job.
+    r = api.post("/models", json={"graph": model_graph().to_json(), "target": "llvm",
+                                  "tuning": {"num_measure_trials": 4, **TUNING}})
+    assert r.status_code == 201, r.text
+    model_id = r.json()["model_id"]
+    run_burst_worker(conn)
+    model = api.get(f"/models/{model_id}").json()
+    assert model["state"] == "finished", model
+    driver.get(f"{base}/dashboard/models/{model_id}")
+    wait.until(lambda d: d.find_element(By.ID, "tasks").get_attribute("data-loaded") == str(len(model["tasks"])))
+    rows = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#task-rows tr")]
+    for t, text in zip(model["tasks"], rows):
+        assert t["task_id"] in text and ", ".join(t["functions"]) in text, text
+        assert f"{t['job_trials']} / {t['trials']}" in text and "%" in text, text
+    assert _text(driver, "#job-trials") == "4 / 4" and "finished" in _text(driver, "#job-state")
+    assert _text(driver, "#total-latency") not in ("", "-")
+    hrefs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#artifact a")]
+    assert hrefs == [f"{base}/models/{model_id}/artifact", f"{base}/models/{model_id}/artifact?format=h"]
+    driver.save_screenshot(str(SCREENSHOT.with_name("dashboard_model.png")))
     seen += _requests(driver)
 
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
