@@ -18,7 +18,9 @@ For each model (random weights, eval mode):
   skips it), ONNX Runtime (CPUExecutionProvider, ``intra_op_num_threads`` = threads);
 - memory: the executor's planned bytes for call outputs, one buffer per value, the peak of
   live call outputs, and the two largest call outputs;
-- max relative error of our output against torch's.
+- max relative error of our output against torch's;
+- per task: each call timed alone (``GraphModule.run_individual``) and summed over the task's
+  calls (library calls per function), largest first, with its trials and schedule source.
 
 torchvision, transformers and onnxruntime are needed only here (and in tests); a model whose
 package is missing is reported as skipped.  Writes the figures, the CPU model and the load
@@ -103,6 +105,29 @@ def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-30))
 
 
+def _per_task(graph, lib, tasks, trials_by_task: list, x_np: list, number: int, repeat: int) -> list:
+    """Where a run's time goes: each call timed alone (``GraphModule.run_individual``), summed per
+    task (library calls per function), largest first, with the task's trials and schedule source."""
+    seconds = lib.run_individual(*x_np, number=number, repeat=repeat)
+    index = {t.workload_key: i for i, t in enumerate(tasks)}
+    rows: dict = {}
+    for call, s in zip(graph.calls, seconds):
+        if call.kind == "tir":
+            key = graph.functions[call.func].dag.workload_key
+            r = rows.setdefault(key, {"task": index.get(key), "function": call.func, "calls": 0, "seconds": 0.0,
+                                      "trials": trials_by_task[index[key]] if key in index else 0,
+                                      "schedule": lib.schedule_source(call.func)})
+        else:
+            r = rows.setdefault(call.func, {"task": None, "function": call.func, "calls": 0, "seconds": 0.0,
+                                            "trials": 0, "schedule": "library"})
+        r["calls"] += 1
+        r["seconds"] += float(s)
+    total = sum(r["seconds"] for r in rows.values()) or 1.0
+    for r in rows.values():
+        r["share"] = r["seconds"] / total
+    return sorted(rows.values(), key=lambda r: -r["seconds"])
+
+
 def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: int, repeat: int) -> dict:
     import torch
 
@@ -127,12 +152,14 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
     tasks, weights = extract_tasks(graph, "llvm")
     row["tasks"] = len(tasks)
     t = time.perf_counter()
+    trials_by_task = [0] * len(tasks)
     if budget_s > 0:
         log = os.path.join(tempfile.mkdtemp(prefix="networks_"), f"{name}.json")
         scheduler = sc.TaskScheduler(tasks, weights)
         scheduler.tune(sc.TuningOptions(num_measure_trials=100_000, num_measures_per_round=16, verbose=0,
                                         time_budget_s=budget_s, measure_callbacks=[sc.RecordToFile(log)]))
         row["trials"] = int(scheduler.task_cts.sum())
+        trials_by_task = [int(n) for n in scheduler.task_cts]
         row["tuning_wall_s"] = time.perf_counter() - t
         with ApplyHistoryBest(log):
             lib = build_graph(graph, "llvm")
@@ -149,6 +176,7 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
                      "peak_live_bytes": plan.peak_live_bytes, "two_largest_outputs_bytes": int(sum(sizes[:2]))}
     timer = lib.time_evaluator(number=number, repeat=repeat)
     times = {"ours": float(np.median(timer(*x_np).results))}
+    row["per_task"] = _per_task(graph, lib, tasks, trials_by_task, x_np, number, repeat)
     with torch.no_grad():
         times["torch_eager"] = _median(lambda: module(*xs), number, repeat)
         if compile_:

@@ -293,6 +293,8 @@ def _t_clip(tr, node, a):
     x = tr.tensor(node.input[0])
     if lo == 0.0 and hi is None:
         return tr.call(torch.relu, x)
+    if lo == 0.0 and hi == 6.0:  # MobileNet's ReLU6, lowered and fused as F.relu6
+        return tr.call(F.relu6, x)
     return tr.call(torch.clamp, x, lo, hi)
 
 

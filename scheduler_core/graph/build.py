@@ -345,6 +345,20 @@ class GraphModule:
             return time_calls(self._execute, (), number, repeat, min_repeat_ms)
         return evaluator
 
+    def run_individual(self, *args, number: int = 10, repeat: int = 1, min_repeat_ms: float = 0.0) -> list:
+        """Seconds per run of each call, in call order (TVM's ``GraphModuleDebug.run_individual``).
+
+        The model runs once with ``args`` so that every buffer holds its real values; then each
+        call is timed alone, as :meth:`time_evaluator` times the whole model (one warm-up,
+        ``repeat`` measurements of ``number`` runs, the median kept).  Their sum is close to a
+        whole run, less the caches the calls share.  Raises as :meth:`time_evaluator`.
+        """
+        check_timing_args(number, repeat, min_repeat_ms)
+        self._bind(args)
+        self._execute()
+        return [time_calls(lambda step=step: step() or 0, (), number, repeat, min_repeat_ms).median
+                for step in self._steps]
+
     def benchmark(self, *args, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0) -> ProfileResult:
         """``time_evaluator(number, repeat, min_repeat_ms)(*args)`` (TVM's ``GraphModule.benchmark``)."""
         return self.time_evaluator(number, repeat, min_repeat_ms)(*args)

@@ -130,3 +130,21 @@ def test_unsupported_and_malformed_models_are_named():
         from_onnx(sym)
     graph = from_onnx(sym, shape_dict={"x": (4,)})
     assert [tuple(v.type.shape) for v in graph.inputs] == [(4,)]
+
+
+def test_clip_0_6_is_a_fused_relu6_and_other_clips_still_run():
+    """MobileNetV2's ONNX export spells ReLU6 as Clip(0, 6): it lowers and fuses into the
+    convolution (no library call); another range stays a torch library call and still matches."""
+    rng = np.random.default_rng(0)
+    lo, six, neg = (numpy_helper.from_array(np.array(v, np.float32), n)
+                    for v, n in ((0, "lo"), (6, "six"), (-1, "neg")))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "six"], ["r"]),
+             helper.make_node("Clip", ["r", "neg", "lo"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 3, 8, 8])],
+                   [helper.make_tensor_value_info("y", F32, [1, 4, 8, 8])],
+                   [_w(rng, "w", 4, 3, 3, 3, scale=3.0), lo, six, neg])
+    graph = _check(model, rng.standard_normal((1, 3, 8, 8)).astype(np.float32) * 3)
+    kinds = [(c.kind, c.func) for c in graph.calls]
+    assert kinds[0][0] == "tir" and "relu6" in kinds[0][1], kinds
+    assert [k for k, _ in kinds].count("library") == 1, kinds

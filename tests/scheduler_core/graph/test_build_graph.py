@@ -188,3 +188,6 @@ def test_memory_plan_of_a_residual_network_needs_only_its_peak():
         want = module(x).numpy()
     for _ in range(2):  # buffers reused across runs
         np.testing.assert_allclose(lib(x.numpy()), want, rtol=1e-4, atol=1e-5)
+    seconds = lib.run_individual(x.numpy(), number=2, repeat=1)  # TVM's debug executor: each call alone
+    assert len(seconds) == len(graph.calls) and all(t > 0 for t in seconds)
+    np.testing.assert_allclose(lib(x.numpy()), want, rtol=1e-4, atol=1e-5)
