@@ -218,7 +218,7 @@ def _create_from_upload(form, settings, conn: Redis, token: str) -> ModelCreated
         raise RequestValidationError([{"type": "value_error", "loc": ("body", "shapes"),
                                        "msg": "shapes must be a JSON object {input name: [positive int dims]}"}])
     _check_before_graph(body, settings, conn)  # cheap refusals before the import
-    if not _IMPORTS.acquire(timeout=settings.onnx_import_timeout_s):
+    if not _IMPORTS.acquire(timeout=5):  # one import at a time; the next caller retries, no thread waits long
         raise OnnxImportBusy("another ONNX model is being imported; retry later", retry_after_s=30)
     try:
         with tempfile.TemporaryDirectory(prefix="autosched-onnx-") as tmp:
