@@ -11,12 +11,20 @@ the weighted end-to-end latency is the most negative:
 with eps-greedy random picks (probability ``eps``).  With ``verbose`` a per-task table
 (TVM's: ID, description, latency, speed, trials, weight) and the estimated total weighted
 latency are printed after every round.
+
+Every task first gets one warm-up round, in order (TVM's task scheduler does the same).  With
+a time budget, the warm-up rounds shrink to fit: once a first round has been timed, each
+warm-up round gets at most its share of :data:`WARMUP_SHARE` of the budget, by scaling its
+evolutionary population and its trials (:func:`warmup_scale`), so that a model of 32 tasks
+does not spend a 20-minute budget on its first 17 tasks and leave the rest on their default
+schedules.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,6 +32,25 @@ from scheduler_core.measure.data import FAILED_COST_S
 
 from .program_measurer import ProgramMeasurer
 from .search_policy import PreloadMeasuredStates, SketchPolicy
+
+WARMUP_SHARE = 0.5           # of a time budget, for the warm-up rounds of all tasks together
+MIN_WARMUP_POPULATION = 64   # the smallest evolutionary population a shrunk warm-up round gets
+MIN_WARMUP_TRIALS = 2        # the fewest programs a shrunk warm-up round measures
+
+
+def warmup_scale(budget_s: float | None, elapsed_s: float, unstarted: int, full_round_s: float | None) -> float:
+    """The size (0..1] of the next warm-up round relative to a full one, under a time budget.
+
+    budget_s : the tuning budget in seconds (None: no budget, always 1.0)
+    elapsed_s : seconds spent so far; unstarted : tasks still without a round (this one included)
+    full_round_s : the estimated seconds of a full-size warm-up round (None before the first)
+    The warm-up of the ``unstarted`` tasks shares what is left of ``WARMUP_SHARE * budget_s``;
+    a round whose full size would take longer than its share is scaled down to it.
+    """
+    if budget_s is None or full_round_s is None or full_round_s <= 0 or unstarted <= 0:
+        return 1.0
+    share = max(0.0, WARMUP_SHARE * budget_s - elapsed_s) / unstarted
+    return float(min(1.0, max(share / full_round_s, 1e-3)))
 
 
 class TaskScheduler:
@@ -84,7 +111,9 @@ class TaskScheduler:
 
         A round measures at most ``num_measure_trials // len(tasks)`` programs (TVM's rule), so a
         small budget still reaches every task.  With ``tuning_options.time_budget_s`` no round
-        starts once that many seconds have passed; the tasks not reached by then keep no program.
+        starts once that many seconds have passed, and the warm-up rounds shrink so that every
+        task gets one within about half the budget (:func:`warmup_scale`); a task still not
+        reached when the budget ends keeps no program.
         """
         callbacks = [PreloadMeasuredStates(self.load_log_file)] if self.load_log_file else []
         callbacks += list(init_search_callbacks or [])
@@ -104,11 +133,26 @@ class TaskScheduler:
             policies[0].search(left, tuning_options.early_stopping, per_round, measurer)
             self._account(0, measurer, measurer.ct)
             left = 0
+        full_round_s: list = []  # warm-up rounds' seconds divided by their scale
         while left > 0 and (budget is None or time.perf_counter() - t0 < budget):
             i = self._pick()
             n = min(per_round, left)
-            before = measurer.ct
-            policies[i].search(n, None, n, measurer)
+            policy, params = policies[i], policies[i].params
+            scale = 1.0
+            if self.rounds[i] == 0:  # warm-up: shrink to fit the budget (see the module docstring)
+                scale = warmup_scale(budget, time.perf_counter() - t0, int((self.rounds == 0).sum()),
+                                     float(np.mean(full_round_s)) if full_round_s else None)
+                if scale < 1.0:
+                    n = min(n, max(MIN_WARMUP_TRIALS, round(n * scale)))
+                    policy.params = replace(params, population=max(MIN_WARMUP_POPULATION,
+                                                                   round(params.population * scale)))
+            before, started = measurer.ct, time.perf_counter()
+            try:
+                policy.search(n, None, n, measurer)
+            finally:
+                policy.params = params
+            if self.rounds[i] == 0:
+                full_round_s.append((time.perf_counter() - started) / scale)
             self._account(i, measurer, measurer.ct - before)
             left -= n
             if tuning_options.verbose >= 1:

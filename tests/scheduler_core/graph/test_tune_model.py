@@ -125,3 +125,40 @@ def test_the_time_budget_stops_starting_rounds():
     assert int(scheduler.task_cts.sum()) == 4
     with pytest.raises(InvalidWorkloadError, match="time_budget_s"):
         sc.TuningOptions(time_budget_s=-1)
+
+
+def test_warmup_rounds_shrink_to_fit_a_time_budget():
+    """Under a time budget every task's first round gets its share of half the budget: MobileNetV2's
+    32 tasks with 20 minutes once spent the whole budget on 17 full warm-up rounds (about 70 s
+    each) and left 15 tasks on their default schedules."""
+    from scheduler_core.search import task_scheduler
+
+    assert task_scheduler.warmup_scale(None, 10.0, 5, 70.0) == 1.0          # no budget
+    assert task_scheduler.warmup_scale(1200.0, 0.0, 32, None) == 1.0        # the first round sets the pace
+    assert task_scheduler.warmup_scale(1200.0, 70.0, 31, 70.0) == pytest.approx((600 - 70) / 31 / 70)
+    assert task_scheduler.warmup_scale(1200.0, 10.0, 2, 70.0) == 1.0        # enough time: full rounds
+    assert task_scheduler.warmup_scale(1200.0, 900.0, 3, 70.0) == 1e-3      # the warm-up share is spent
+
+
+def test_a_shrunk_warmup_round_measures_fewer_programs_with_a_smaller_population(monkeypatch):
+    from scheduler_core.search import task_scheduler
+    from scheduler_core.search.search_policy import SketchPolicy
+
+    populations: list = []
+    search = SketchPolicy.search
+
+    def spy(self, *args, **kw):
+        populations.append(self.params.population)
+        return search(self, *args, **kw)
+    monkeypatch.setattr(SketchPolicy, "search", spy)
+    monkeypatch.setattr(task_scheduler, "warmup_scale", lambda *a: 0.25)
+    graph = mlp_graph().bind_params(weights())
+    tasks, task_weights = extract_tasks(graph, "llvm")
+    scheduler = sc.TaskScheduler(tasks[:3], task_weights[:3])
+    options = sc.TuningOptions(num_measure_trials=10, num_measures_per_round=8, population=256, num_iters=1,
+                               min_repeat_ms=1.0, repeat=1, timeout_s=20.0, verbose=0, time_budget_s=1e6)
+    _quiet_tune(scheduler, options)
+    # a round is at most 10 // 3 = 3 trials; warm-up: 3 rounds of max(2, 3 * 0.25) = 2 trials at
+    # population max(64, 256 * 0.25) = 64; then full rounds (population 256) of 3 and 1 for the 4 left
+    assert populations == [64, 64, 64, 256, 256], populations
+    assert int(scheduler.task_cts.sum()) == 10 and all(n >= 2 for n in scheduler.task_cts)
