@@ -158,7 +158,7 @@ async def create_model(request: Request, settings: SettingsDep, conn: ConnDep,
         finally:
             await form.close()
     body = _validated(_json_body(await request.body()))
-    return await run_in_threadpool(_create, body, settings, conn, token)
+    return await run_in_threadpool(_create_from_json, body, settings, conn, token)
 
 
 def _json_body(raw: bytes) -> Any:
@@ -246,10 +246,16 @@ def _check_before_graph(body: ModelCreate, settings, conn: Redis) -> None:
     check_measure_listener(conn, tuning["measure"], body.target)
 
 
+def _create_from_json(body: ModelCreate, settings, conn: Redis, token: str) -> ModelCreated:
+    _check_before_graph(body, settings, conn)
+    return _create(body, settings, conn, token)
+
+
 def _create(body: ModelCreate, settings, conn: Redis, token: str) -> ModelCreated:
+    """Validate the graph, store the model, its tasks and its job; the graph-free refusals
+    (:func:`_check_before_graph`) have been made by the caller."""
     tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
     trials = tuning["num_measure_trials"]
-    _check_before_graph(body, settings, conn)
     graph = _graph(body, settings)
     store = ModelStore(conn)
 
