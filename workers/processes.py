@@ -135,6 +135,19 @@ def _descendants(pid: int) -> set[psutil.Process]:
         return set()
 
 
+def _still_running(family: set[psutil.Process]) -> set[psutil.Process]:
+    """The members of ``family`` still running.  A worker's family is the union of what it ever
+    had and still runs: a snapshot taken while the worker dies (killed between its check and
+    the listing of its children) sees no children, as its work-horse has already been
+    reparented, so a snapshot alone could forget the horse."""
+    alive = set()
+    for proc in family:
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running():
+                alive.add(proc)
+    return alive
+
+
 def _kill_orphans(family: set[psutil.Process], timeout_s: float = 5.0) -> None:
     """SIGKILL the processes of ``family`` still running (psutil checks each is the same process,
     not a reused pid) and wait for them."""
@@ -211,8 +224,9 @@ class WorkerSupervisor:
     ``max_backoff_s`` seconds; reset once a worker ran ``stable_s`` seconds), after its
     interrupted job is put back on the queue (:func:`recover_interrupted_jobs`).  RQ runs each
     job in a work-horse in its own session, which outlives a killed worker: the supervisor
-    remembers every worker's descendants (each ``poll_s``) and SIGKILLs those of a dead one
-    before its job is requeued, so the job never runs twice at once.  With
+    remembers every worker's descendants (each ``poll_s``, keeping those seen before that still
+    run) and SIGKILLs those of a dead one before its job is requeued, so the job never runs
+    twice at once.  With
     ``supervise_redis``, the embedded Redis this process started is restarted when it
     stops answering (it reloads its AOF).  :meth:`stop` stops the thread, then the workers
     (:func:`stop_worker_processes`).  The workers log to ``<data_dir>/logs/worker.log``
@@ -279,7 +293,7 @@ class WorkerSupervisor:
                 if p is None:
                     continue
                 if p.poll() is None:  # alive: remember its work-horse (RQ starts it in its own session)
-                    self._family[i] = _descendants(p.pid)
+                    self._family[i] = _still_running(self._family[i]) | _descendants(p.pid)
                     continue
                 if self._family[i]:  # dead: its orphaned work-horse must not run the job beside the retry
                     _kill_orphans(self._family[i])
