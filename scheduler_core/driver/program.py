@@ -24,7 +24,7 @@ from scheduler_core.base.target import Target
 from scheduler_core.dag.task import Task
 from scheduler_core.ir import tir as T
 from scheduler_core.schedule.dataflow_step import replay_steps
-from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite
+from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite, layout_transforms
 from scheduler_core.schedule.loop_state import State
 
 from .backend import Backend, backend_of
@@ -43,12 +43,16 @@ class Program:
         what codegen compiles), ``lower_state``'s program for cuda (the build makes the kernel form)
     target : Target
     config : BuildConfig, the codegen options of the build (those current when it was made)
+    layout_transforms : tuple of ``schedule.layout_rewrite.LayoutTransform``, for a program made
+        with ``pre_transformed=True``: the arguments it takes in their tuned layout (each
+        ``packed`` tensor stands where its ``source`` stands in the DAG's argument list)
     """
 
     state: State
     func: T.PrimFunc
     target: Target
     config: BuildConfig = field(default_factory=BuildConfig.current)
+    layout_transforms: tuple = ()
     _module: list = field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -76,20 +80,32 @@ class Program:
 
 
 def program_from_state(state: State, target: Any, name: str = ENTRY_NAME,
-                       config: BuildConfig | None = None) -> Program:
+                       config: BuildConfig | None = None, pre_transformed: bool = False) -> Program:
     """The Program of a replayed State: layout rewrite (where the backend rewrites layouts),
     lowering, the passes, the bounds proof.
 
+    pre_transformed : bool, the program takes its layout-free placeholders already in the tuned
+        layout instead of copying them on every call (``Program.layout_transforms`` says which
+        and how to make them; ``schedule.layout_rewrite``); no effect where the backend does not
+        rewrite layouts or the DAG has no layout-free placeholder the rewrite applies to
     Raises ScheduleError / LoweringError when the state cannot be lowered or the lowered
     program has a load or store that is not provably in bounds (:func:`.bounds.check_bounds`),
     InvalidTargetError for a target the parser rejects.
     """
     parsed = Target.parse(target)
     backend = backend_of(parsed)
-    lowered = apply_layout_rewrite(state) if backend.rewrites_layout else state
-    func = backend.lower(lowered, list(state.dag.tensors), name)
+    args = list(state.dag.tensors)
+    transforms: tuple = ()
+    if backend.rewrites_layout and pre_transformed:
+        lowered = apply_layout_rewrite(state, pre_transformed=True)
+        transforms = tuple(layout_transforms(apply_layout_rewrite(state), lowered))
+        swap = {id(lt.source.op): lt.packed for lt in transforms}
+        args = [swap.get(id(t.op), t) for t in args]
+    else:
+        lowered = apply_layout_rewrite(state) if backend.rewrites_layout else state
+    func = backend.lower(lowered, args, name)
     check_bounds(run_passes(func))
-    return Program(lowered, func, parsed, BuildConfig.resolve(config))
+    return Program(lowered, func, parsed, BuildConfig.resolve(config), transforms)
 
 
 def program_from_steps(task: Task, steps: list, name: str = ENTRY_NAME,

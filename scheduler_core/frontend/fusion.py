@@ -18,6 +18,11 @@ out-elemwise-fusable producer; Zheng et al., OSDI 2020).  A group is closed, bec
 ``call_tir`` of a PrimFunction, when another consumer needs its tail.  Placeholders are
 named by role and computes by operator, so identical subgraphs give identical DAGs and
 the same workload_key.
+
+A model weight read by the weight operand of a ``dense`` or ``conv2d`` anchor is marked as a
+layout-free placeholder of that compute (``LAYOUT_FREE_ROLES``; TVM's relay integration does
+the same for constant weights): the tuned schedule chooses its layout, and ``graph.build``
+packs the weight into that layout once, when the model is built.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from .ops import Operand
 __all__ = ["View", "Group", "Stage", "TAIL", "GraphBuilder", "sanitize"]
 
 TAIL = "<tail>"  # a stage argument that reads the previous stage's output
+LAYOUT_FREE_ROLES = {"dense": "weight", "conv2d": "kernel"}  # anchor kind -> role of its weight operand
 
 
 def sanitize(name: str) -> str:
@@ -203,6 +209,7 @@ class GraphBuilder:
         placeholders: list = []
         call_args: list = []
         seen: dict = {}
+        placeholder_of: dict = {}
         op_names: dict = {}
 
         def external(value: Any, role: str) -> Operand:
@@ -225,7 +232,17 @@ class GraphBuilder:
             else:
                 opnd = ops.operand(ph)
             seen[key] = opnd
+            placeholder_of[key] = ph
             return opnd
+
+        def layout_free(st: Stage) -> list:
+            """The placeholders of ``st``'s weight operand that are model weights (constants)."""
+            role = LAYOUT_FREE_ROLES.get(st.kind)
+            out = []
+            for a, r in zip(st.args, st.roles):
+                if r == role and isinstance(a, (str, View)) and (a.base if isinstance(a, View) else a) in self.params:
+                    out.append(placeholder_of[(a.base, a.steps) if isinstance(a, View) else a])
+            return out
 
         tail = None
         for st in group.stages:
@@ -239,7 +256,8 @@ class GraphBuilder:
                     operands.append(a)
             k = op_names.get(st.kind, 0)
             op_names[st.kind] = k + 1
-            out = st.fn(*operands, name=st.kind if k == 0 else f"{st.kind}_{k}", **st.attrs)
+            extra = {"layout_free": free} if (free := layout_free(st)) else {}
+            out = st.fn(*operands, name=st.kind if k == 0 else f"{st.kind}_{k}", **st.attrs, **extra)
             tail = ops.operand(out)
         out_tensor = out
         dag = ComputeDAG([*placeholders, out_tensor])

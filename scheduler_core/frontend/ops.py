@@ -222,15 +222,21 @@ def copy(x: Operand, name: str = "copy") -> Any:
 
 
 # -- anchors ------------------------------------------------------------------------
-def dense(x: Operand, weight_t: Operand, name: str = "dense") -> Any:
+def _layout_attrs(layout_free: Sequence) -> dict | None:
+    return {"layout_free_placeholders": list(layout_free)} if layout_free else None
+
+
+def dense(x: Operand, weight_t: Operand, name: str = "dense", layout_free: Sequence = ()) -> Any:
     """``out[..., j] = sum_k x[..., k] * weight_t[k, j]``: x (..., K), weight_t (K, N) (the
-    transposed ``nn.Linear`` weight, so the output's inner loop is contiguous) -> (..., N)."""
+    transposed ``nn.Linear`` weight, so the output's inner loop is contiguous) -> (..., N).
+    layout_free : placeholders (the weight's) whose layout the schedule may choose
+    (``layout_free_placeholders``; ``schedule.layout_rewrite``)."""
     K, N = weight_t.shape
     if x.shape[-1] != K:
         raise InvalidWorkloadError(f"{name}: x {x.shape} and weight (K={K}, N={N}) disagree on K")
     k = te.reduce_axis((0, K), name="k")
     return te.compute((*x.shape[:-1], N), lambda *i: te.sum(x.read((*i[:-1], k)) * weight_t.read((k, i[-1])),
-                                                           axis=k), name=name)
+                                                           axis=k), name=name, attrs=_layout_attrs(layout_free))
 
 
 def batch_matmul(a: Operand, b: Operand, name: str = "batch_matmul") -> Any:
@@ -276,11 +282,13 @@ def _out_len(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool = False) ->
 
 
 def conv2d(x: Operand, weight: Operand, stride: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0),
-           dilation: Sequence[int] = (1, 1), groups: int = 1, name: str = "conv2d") -> Any:
+           dilation: Sequence[int] = (1, 1), groups: int = 1, name: str = "conv2d",
+           layout_free: Sequence = ()) -> Any:
     """2-D convolution NCHW x OIHW (``torch.nn.functional.conv2d`` without bias): x (n, ci, h, w),
     weight (co, ci/groups, kh, kw) -> (n, co, oh, ow); grouped and depthwise (groups == ci)
     convolutions read input channel ``g * ci/groups + rc`` for output channel ``f`` of group ``g``.
-    Zero padding is a separate stage (``pad``) that the schedule inlines."""
+    Zero padding is a separate stage (``pad``) that the schedule inlines.  layout_free: as
+    :func:`dense`."""
     n, ci, h, w = x.shape
     co, cig, kh, kw = weight.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
@@ -306,7 +314,7 @@ def conv2d(x: Operand, weight: Operand, stride: Sequence[int] = (1, 1), padding:
             c = rc if groups == 1 else te.floordiv(f, cog) * cig + rc
             return te.sum(data.read((b, c, y * sh + ry * dh, xx * sw + rx * dw))
                           * weight.read((f, rc, ry, rx)), axis=[rc, ry, rx])
-    return te.compute((n, co, oh, ow), body, name=name)
+    return te.compute((n, co, oh, ow), body, name=name, attrs=_layout_attrs(layout_free))
 
 
 def pool2d(x: Operand, kind: str, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],

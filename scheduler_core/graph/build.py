@@ -35,9 +35,12 @@ import numpy as np
 
 from scheduler_core.base.errors import BuildError, InvalidWorkloadError, LoweringError, ScheduleError
 from scheduler_core.base.target import HardwareParams, Target
+from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.tensor import PlaceholderOp
 from scheduler_core.driver.program import Program, program_from_state
+from scheduler_core.ir.simplify import const_value
 from scheduler_core.runtime.timer import ProfileResult, check_timing_args, time_calls
+from scheduler_core.schedule.layout_rewrite import has_layout_free_placeholders
 from scheduler_core.schedule.loop_state import State
 from scheduler_core.schedule.schedule_api import Schedule
 from scheduler_core.search.search_policy import state_key
@@ -102,8 +105,15 @@ class CompiledFunction:
 
     name : the first function of the graph compiled to it; workload_key : its DAG's key
     source : "manual", "record" or "default" (how its schedule was chosen)
-    program : driver.program.Program (the state with layouts, the lowered PrimFunc, the Module)
+    program : driver.program.Program (the state with layouts, the lowered PrimFunc, the Module);
+        it copies its layout-free placeholders to the tuned layout on every call
     record_cost_s : the record's measured seconds for source "record", else None
+    pre_transformed : the same schedule as a Program that reads its layout-free placeholders
+        already in the tuned layout (``Program.layout_transforms``), or None when the schedule
+        rewrites no layout; the executor runs it for the calls whose weights are bound
+        constants, after packing each weight once (:attr:`packers`)
+    packers : one Program per ``pre_transformed.layout_transforms`` entry: ``packer(source,
+        packed)`` writes the tuned layout of a weight (run once per weight, at build time)
     """
 
     name: str
@@ -111,6 +121,8 @@ class CompiledFunction:
     source: str
     program: Program
     record_cost_s: float | None = None
+    pre_transformed: Program | None = None
+    packers: tuple = ()
 
     @property
     def lowered(self) -> str:
@@ -133,10 +145,11 @@ def _compile(func, t: Target) -> CompiledFunction:
     if state is not None:
         try:
             program = program_from_state(state, t)
-            program.build()
+            pre, packers = _pre_transformed(state, t)
+            (pre or program).build()
         except (ScheduleError, LoweringError, BuildError) as e:
             raise BuildError(f"function {func.name!r}: its {source} schedule does not build: {e}") from e
-        return CompiledFunction(func.name, func.workload_key, source, program, cost)
+        return CompiledFunction(func.name, func.workload_key, source, program, cost, pre, packers)
     try:
         program = program_from_state(default_state(func.dag, t), t)
         program.build()
@@ -144,6 +157,22 @@ def _compile(func, t: Target) -> CompiledFunction:
         program = program_from_state(State.from_dag(func.dag), t)
         program.build()
     return CompiledFunction(func.name, func.workload_key, "default", program, None)
+
+
+def _pre_transformed(state: State, t: Target) -> tuple:
+    """``(Program reading pre-transformed weights, its packers)`` of a schedule whose layout
+    rewrite applies to some layout-free placeholder, else ``(None, ())``."""
+    if not has_layout_free_placeholders(state.dag):
+        return None, ()
+    pre = program_from_state(state, t, pre_transformed=True)
+    if not pre.layout_transforms:
+        return None, ()
+    packers = []
+    for lt in pre.layout_transforms:
+        packer = program_from_state(default_state(ComputeDAG([lt.source, lt.layout]), t), t)
+        packer.build()
+        packers.append(packer)
+    return pre, tuple(packers)
 
 
 def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | None = None) -> GraphModule:
@@ -293,7 +322,15 @@ class GraphModule:
         self._values = {**{k: np.ascontiguousarray(v) for k, v in graph.bound.items()},
                         **self._arg_buffers, **self._buffers}
         self._wrapped = {name: as_ndarray(a) for name, a in self._values.items()}
+        self._packed: dict = {}  # (weight name, packer id) -> the weight in a tuned layout
+        self.pre_transformed_calls = 0  # calls that read weights packed at build time
+        self._pre_transformed_names: set = set()
         self._steps = [self._step(c) for c in graph.calls]
+
+    @property
+    def packed_weight_bytes(self) -> int:
+        """Bytes of the weights packed at build time (copies in the tuned layouts)."""
+        return int(sum(a.nbytes for a in self._packed.values()))
 
     def _step(self, call) -> Callable[[], None]:
         if call.kind == "library":
@@ -303,11 +340,30 @@ class GraphModule:
             def run_library(fn=fn, nds=nds) -> None:
                 fn(*nds)
             return run_library
-        module = self.functions[call.func].program.build()
+        cf = self.functions[call.func]
         dag = self.graph.functions[call.func].dag
         ins, outs = iter(call.args), iter(o.name for o in call.outputs)
         names = [next(ins) if isinstance(t.op, PlaceholderOp) else next(outs) for t in dag.tensors]
-        return module.prebind(*[self._values[n] for n in names])
+        arrays = [self._values[n] for n in names]
+        pre = cf.pre_transformed
+        if pre is not None:
+            position = {id(x.op): k for k, x in enumerate(pre.state.dag.tensors)}
+            slots = [position[id(lt.source.op)] for lt in pre.layout_transforms]
+            if all(names[k] in self.graph.bound for k in slots):  # constant weights: pack each once
+                for k, lt, packer in zip(slots, pre.layout_transforms, cf.packers):
+                    arrays[k] = self._pack(names[k], lt, packer)
+                self.pre_transformed_calls += 1
+                self._pre_transformed_names.add(call.func)
+                return pre.build().prebind(*arrays)
+        return cf.program.build().prebind(*arrays)
+
+    def _pack(self, name: str, lt, packer: Program) -> np.ndarray:
+        key = (name, id(packer))
+        if key not in self._packed:
+            out = np.empty(tuple(const_value(d) for d in lt.packed.shape), lt.packed.dtype)
+            packer.build()(self._values[name], out)
+            self._packed[key] = out
+        return self._packed[key]
 
     # -- running ---------------------------------------------------------------
     def _bind(self, args: tuple) -> None:
@@ -380,8 +436,12 @@ class GraphModule:
         return {k: cf.source for k, cf in self.functions.items()}
 
     def lowered(self, name: str) -> str:
-        """The lowered loop program of function ``name``."""
-        return self._function(name).lowered
+        """The lowered loop program of function ``name`` (the one reading packed weights when its
+        calls got their weights packed at build time)."""
+        cf = self._function(name)
+        if name in self._pre_transformed_names and cf.pre_transformed is not None:
+            return cf.pre_transformed.lowered
+        return cf.lowered
 
     @property
     def num_modules(self) -> int:

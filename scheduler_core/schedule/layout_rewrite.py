@@ -11,14 +11,21 @@ loops of the tile then walk the rewritten buffer contiguously.  A fused iterator
 TVM's ComputeDAG::RewriteLayout; one that was split again stops the rewrite.  The rewrite is
 not a transform step: it is re-applied deterministically whenever a tuned
 state is built, so records stay plain step lists (as in Ansor).
+
+With ``pre_transformed=True`` (TVM's ``LayoutRewriteOption.REWRITE_FOR_PRE_TRANSFORMED``)
+the transform stage is left out: the consumer reads a new placeholder ``<B>.layout`` of
+the tile-ordered shape, which the caller fills once (a model's constant weights, packed at
+build time: ``graph.build``); :func:`layout_transforms` says which placeholder replaces which
+and gives the transform as a compute of its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from scheduler_core.arith.linear_form import linear_form
-from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp
+from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, Tensor
 from scheduler_core.ir.expr import Expr, IntImm, IterVar, TensorLoad, Var, as_expr
 from scheduler_core.ir.expr_functor import transform, walk
 from scheduler_core.ir.simplify import const_value
@@ -168,12 +175,15 @@ def _walk_loads(e):
     return [n for n in walk(e) if isinstance(n, TensorLoad)]
 
 
-def apply_layout_rewrite(state: State) -> State:
+def apply_layout_rewrite(state: State, pre_transformed: bool = False) -> State:
     """``state`` with every layout-free placeholder read through a tile-ordered copy.
 
     A no-op for DAGs without ``layout_free_placeholders`` or when the consumer's
     loops do not allow it (non-divisible splits, a fused iterator split again, non-plain
     indexing).  Fused iterators count as the iterators they fused (TVM does the same).
+    pre_transformed : bool, read a placeholder ``<B>.layout`` holding the copy instead of
+        computing it (module docstring); a placeholder that another stage also reads keeps
+        its transform stage.
     """
     for k in range(len(state.stages)):
         st = state.stages[k]
@@ -182,7 +192,70 @@ def apply_layout_rewrite(state: State) -> State:
         for t in _layout_free(st.op):
             if isinstance(t.op, PlaceholderOp) and st.compute_at != "inlined":
                 state = _rewrite_one(state, state.stage_index(st.op), t)
+    if pre_transformed:
+        for k in range(len(state.stages)):
+            if _transform_source(state, k) is not None:
+                state = _pre_transform(state, k)
     return state
+
+
+@dataclass(frozen=True)
+class LayoutTransform:
+    """One placeholder a pre-transformed program reads in its tuned layout.
+
+    source : Tensor, the layout-free placeholder of the DAG (its own shape, e.g. OIHW weights)
+    packed : Tensor, the placeholder the program reads instead (shape: one dimension per tile
+        loop that indexes ``source``, outer to inner; same dtype)
+    layout : Tensor, ``packed``'s contents as a compute on ``source`` (``layout[ax...] =
+        source[...]``): build ``ComputeDAG([source, layout])`` and run it once to fill ``packed``
+    """
+
+    source: Tensor
+    packed: Tensor
+    layout: Tensor
+
+
+def _transform_source(state: State, k: int) -> Any:
+    """The placeholder tensor that stage ``k`` copies, when it is a layout transform stage
+    (``<B>.layout``, added by the rewrite) whose source no other stage reads; else None."""
+    st = state.stages[k]
+    op = st.op
+    if st.origin_op is not None or not isinstance(op, ComputeOp) or not op.name.endswith(".layout"):
+        return None
+    loads = _walk_loads(op.bodies[0])
+    if len(loads) != 1 or not isinstance(loads[0].tensor.op, PlaceholderOp):
+        return None
+    source = loads[0].tensor
+    src = state.stage_index(source.op)
+    if state.consumers(src) != [k]:
+        return None
+    return source
+
+
+def _pre_transform(state: State, k: int) -> State:
+    """Stage ``k`` (a transform stage) replaced by a placeholder of the same name and shape."""
+    op = state.stages[k].op
+    packed = PlaceholderOp(op.name, tuple(as_expr(iv.dom_extent) for iv in op.axis), op.output(0).dtype).output(0)
+    state = state.with_stage(k, make_stage(packed.op))
+    return rewrite_dataflow(state, {(id(op), 0): packed})
+
+
+def layout_transforms(state: State, pre_transformed_state: State) -> list[LayoutTransform]:
+    """The :class:`LayoutTransform` of every placeholder that ``pre_transformed_state``
+    (``apply_layout_rewrite(state, pre_transformed=True)``) reads pre-transformed, in the order
+    of ``state.dag.tensors``; ``state`` is the same schedule rewritten without it
+    (``apply_layout_rewrite(state)``), whose transform stages give the layouts."""
+    computed = {}
+    for k in range(len(state.stages)):
+        source = _transform_source(state, k)
+        if source is not None:
+            computed[state.stages[k].op.name] = (source, state.stages[k].op.output(0))
+    packed = {st.op.name: st.op.output(0) for st in pre_transformed_state.stages
+              if isinstance(st.op, PlaceholderOp) and st.op.name in computed}
+    out = [LayoutTransform(source, packed[name], layout) for name, (source, layout) in computed.items()
+           if name in packed]
+    order = {id(t.op): n for n, t in enumerate(state.dag.tensors)}
+    return sorted(out, key=lambda lt: order.get(id(lt.source.op), len(order)))
 
 
 def has_layout_free_placeholders(dag) -> bool:

@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 
 import scheduler_core as sc
+from scheduler_core.dag.reference import evaluate
+from scheduler_core.driver.program import program_from_state
 from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite, has_layout_free_placeholders
 from scheduler_core.schedule.loop_state import State
 from tests.workloads import matmul
@@ -101,3 +103,27 @@ def test_nested_fuse_is_expanded_and_a_split_fused_iterator_is_left_alone():
     state = apply_layout_rewrite(s.state)
     assert all(st.name != "B.layout" for st in state.stages)
     _agrees_with_numpy(state, args)
+
+
+def test_pre_transformed_program_reads_b_packed_once_and_matches_numpy():
+    """REWRITE_FOR_PRE_TRANSFORMED: no transform stage; B_layout is an argument, filled by
+    running the LayoutTransform's own compute (here: the numpy reference evaluator)."""
+    ex = _seed_example()
+    n = 128
+    args = ex.matmul_add(n, n, n, "float32")
+    state = ex.apply_seed_schedule(args).state
+    per_call = program_from_state(state, "llvm")
+    pre = program_from_state(state, "llvm", pre_transformed=True)
+    assert not per_call.layout_transforms and len(pre.layout_transforms) == 1
+    (lt,) = pre.layout_transforms
+    assert lt.source.name == "B" and lt.packed.name == "B.layout"
+    signature = pre.lowered.splitlines()[0]
+    assert "B_layout: Buffer" in signature and "B: Buffer" not in signature
+    assert "allocate(B_layout" not in pre.lowered and "allocate(B_layout" in per_call.lowered
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.random((n, n), dtype=np.float32) for _ in range(3))
+    (packed,) = evaluate(sc.ComputeDAG([lt.source, lt.layout]), [b])
+    assert packed.shape == tuple(int(s) for s in lt.packed.shape) and sorted(packed.ravel()) == sorted(b.ravel())
+    out = np.empty((n, n), np.float32)
+    pre.build()(a, packed, c, out)
+    np.testing.assert_allclose(out, a @ b + c, rtol=1e-4)
