@@ -16,6 +16,9 @@ For each model (random weights, eval mode):
 - times (median seconds per inference, ``--threads`` threads everywhere): ours
   (``GraphModule.time_evaluator``), torch eager, ``torch.compile`` (inductor; ``--no-compile``
   skips it), ONNX Runtime (CPUExecutionProvider, ``intra_op_num_threads`` = threads);
+- weights packed at build time (``GraphModule.pre_transformed_calls`` / ``packed_weight_bytes``),
+  and, tuned, the same schedules built with ``pack_weights=False`` (each call copies its weight
+  into the tuned layout, as during tuning) timed beside ours;
 - memory: the executor's planned bytes for call outputs, one buffer per value, the peak of
   live call outputs, and the two largest call outputs;
 - max relative error of our output against torch's;
@@ -163,8 +166,10 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
         row["tuning_wall_s"] = time.perf_counter() - t
         with ApplyHistoryBest(log):
             lib = build_graph(graph, "llvm")
+            unpacked = build_graph(graph, "llvm", pack_weights=False)
     else:
         lib = build_graph(graph, "llvm")
+        unpacked = None
         row["trials"], row["tuning_wall_s"] = 0, 0.0
     row["build_s"] = time.perf_counter() - t - row["tuning_wall_s"]
     got = lib(*x_np)
@@ -176,6 +181,11 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
                      "peak_live_bytes": plan.peak_live_bytes, "two_largest_outputs_bytes": int(sum(sizes[:2]))}
     timer = lib.time_evaluator(number=number, repeat=repeat)
     times = {"ours": float(np.median(timer(*x_np).results))}
+    row["weights_packed_at_build"] = {"calls": lib.pre_transformed_calls, "bytes": lib.packed_weight_bytes}
+    if unpacked is not None and lib.pre_transformed_calls:  # the same schedules copying weights per call
+        row["max_rel_error_unpacked"] = _rel_error(unpacked(*x_np), want)
+        times["ours_weights_copied_per_call"] = float(np.median(
+            unpacked.time_evaluator(number=number, repeat=repeat)(*x_np).results))
     row["per_task"] = _per_task(graph, lib, tasks, trials_by_task, x_np, number, repeat)
     with torch.no_grad():
         times["torch_eager"] = _median(lambda: module(*xs), number, repeat)

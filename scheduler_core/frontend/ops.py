@@ -24,7 +24,7 @@ from scheduler_core.base.errors import InvalidWorkloadError
 __all__ = [
     "Operand", "operand", "broadcast_shape", "layout_index", "layout_shape", "dense",
     "batch_matmul", "conv2d", "pool2d", "global_avg_pool2d", "softmax", "layer_norm",
-    "unary", "binary", "channel_affine", "copy", "reduce", "UNARY",
+    "unary", "clip", "binary", "channel_affine", "copy", "reduce", "UNARY",
 ]
 
 
@@ -190,6 +190,21 @@ def unary(x: Operand, kind: str, name: str = "") -> Any:
         raise InvalidWorkloadError(f"unknown elementwise operator {kind!r} (have {sorted(UNARY)})")
     f = UNARY[kind]
     return te.compute(x.shape, lambda *i: f(x.read(tuple(i))), name=name or kind)
+
+
+def clip(x: Operand, lo: float | None = None, hi: float | None = None, name: str = "clip") -> Any:
+    """``min(max(x, lo), hi)`` elementwise (``torch.clamp``, ``F.hardtanh``, ONNX ``Clip``); a
+    bound that is None is not applied.  Raises InvalidWorkloadError when both are None or
+    ``lo > hi``."""
+    if lo is None and hi is None:
+        raise InvalidWorkloadError(f"{name}: a clip needs a lower or an upper bound")
+    if lo is not None and hi is not None and lo > hi:
+        raise InvalidWorkloadError(f"{name}: lower bound {lo} above upper bound {hi}")
+
+    def f(v: Any) -> Any:
+        v = v if lo is None else te.max(v, _const(lo, x.dtype))
+        return v if hi is None else te.min(v, _const(hi, x.dtype))
+    return te.compute(x.shape, lambda *i: f(x.read(tuple(i))), name=name)
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {

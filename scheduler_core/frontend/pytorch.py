@@ -11,11 +11,11 @@
 Operators lowered to tensor expressions: linear / matmul / bmm / addmm, conv2d (stride,
 padding, dilation, groups, depthwise), batch norm (folded into the preceding conv for
 inference, else a per-channel scale and shift), relu / gelu (erf or tanh form) / silu /
-sigmoid / tanh / relu6 / exp / sqrt / rsqrt / neg, add / sub / mul / div / pow / maximum /
-minimum (broadcasting, tensor or scalar), softmax and log-softmax over the last axis, layer
-norm, sum / mean / amax / amin over axes, max / average pooling 2d, adaptive average pooling
-to a divisor size, and the layout
-operators view / reshape / flatten / permute / transpose / squeeze / unsqueeze / expand
+sigmoid / tanh / relu6 / exp / sqrt / rsqrt / neg, clamp / clip / hardtanh (constant bounds),
+add / sub / mul / div / pow / maximum / minimum (broadcasting, tensor or scalar), softmax
+and log-softmax over the last axis, layer norm, sum / mean / amax / amin over axes, max /
+average pooling 2d, adaptive average pooling to a divisor size, and the layout operators
+view / reshape / flatten / permute / transpose / squeeze / unsqueeze / expand
 (index remapping in the consumer, no copy), contiguous / dropout / identity (no-ops in
 eval mode), ``getitem`` of tuples.  Values that do not depend on the model's inputs are
 folded into weights; integers (``x.size(0)``) become constants.

@@ -12,6 +12,7 @@ frontend keeps the operators it cannot convert.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,35 @@ def _unary_module(kind: str) -> Callable:
     def h(im, node, val, mod, x):
         return _unary(kind)(im, node, val, x)
     return h
+
+
+def _bound(v: Any) -> float | None:
+    """A clamp bound as a float; None (and an infinite bound) is no bound; a tensor is Unsupported."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise Unsupported
+    return None if math.isinf(v) else float(v)
+
+
+def _clamp(im, node, val, x, min=None, max=None, out=None):  # noqa: A002 - torch's names
+    lo, hi = _bound(min), _bound(max)
+    if out is not None or (lo is None and hi is None) or (lo is not None and hi is not None and lo > hi):
+        raise Unsupported  # torch defines these (an error, or hi everywhere): left to torch
+    im.f32(val, x)
+    if (lo, hi) == (0.0, 6.0):  # ReLU6, the same function as F.relu6 gives
+        return _unary("relu6")(im, node, val, x)
+    if (lo, hi) == (0.0, None):
+        return _unary("relu")(im, node, val, x)
+    return im.elementwise(node, val, Stage("clip", ops.clip, [x], ["data"], {"lo": lo, "hi": hi}))
+
+
+def _hardtanh(im, node, val, x, min_val=-1.0, max_val=1.0, inplace=False):
+    return _clamp(im, node, val, x, min_val, max_val)
+
+
+def _hardtanh_module(im, node, val, mod, x):
+    return _clamp(im, node, val, x, mod.min_val, mod.max_val)
 
 
 def _gelu(im, node, val, x, approximate="none"):
@@ -383,7 +413,7 @@ MODULES: dict = {
     nn.Linear: _linear_module, nn.Conv2d: _conv2d_module, nn.BatchNorm2d: _batch_norm_module,
     nn.BatchNorm1d: _batch_norm_module,
     nn.ReLU: _unary_module("relu"), nn.SiLU: _unary_module("silu"), nn.Sigmoid: _unary_module("sigmoid"),
-    nn.Tanh: _unary_module("tanh"), nn.ReLU6: _unary_module("relu6"),
+    nn.Tanh: _unary_module("tanh"), nn.ReLU6: _unary_module("relu6"), nn.Hardtanh: _hardtanh_module,
     nn.GELU: lambda im, node, val, mod, x: _gelu(im, node, val, x, mod.approximate),
     nn.Softmax: _softmax_module(False), nn.LogSoftmax: _softmax_module(True),
     nn.LayerNorm: _layer_norm_module, nn.MaxPool2d: _pool_module("max"), nn.AvgPool2d: _pool_module("avg"),
@@ -403,6 +433,7 @@ _BINARY_FUNCS = {
 FUNCTIONS: dict = {
     **{f: _unary(k) for f, k in _UNARY_FUNCS.items()},
     **{f: _binary(k) for f, k in _BINARY_FUNCS.items()},
+    torch.clamp: _clamp, torch.clip: _clamp, F.hardtanh: _hardtanh,
     F.gelu: _gelu, F.linear: _linear, torch.matmul: _matmul, operator.matmul: _matmul, torch.bmm: _matmul,
     torch.addmm: _addmm, F.conv2d: _conv2d, F.softmax: _softmax(False), torch.softmax: _softmax(False),
     F.log_softmax: _softmax(True), torch.log_softmax: _softmax(True), F.layer_norm: _layer_norm,
@@ -415,6 +446,7 @@ FUNCTIONS: dict = {
 METHODS: dict = {
     "relu": _unary("relu"), "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "exp": _unary("exp"),
     "sqrt": _unary("sqrt"), "rsqrt": _unary("rsqrt"), "neg": _unary("neg"),
+    "clamp": _clamp, "clip": _clamp,
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _binary("div"),
     "pow": _binary("pow"), "matmul": _matmul, "bmm": _matmul,
     "softmax": _softmax(False), "log_softmax": _softmax(True),
@@ -507,7 +539,7 @@ _UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "silu": "silu", 
 
 ATEN: dict = {
     **{getattr(aten, name).default: _unary(kind) for name, kind in _UNARY.items()},
-    aten.hardtanh.default: None,  # relu6 is hardtanh(0, 6): left to torch (a library call)
+    aten.hardtanh.default: _hardtanh, aten.clamp.default: _clamp,
     aten.gelu.default: _gelu,
     aten.add.Tensor: _binary("add"), aten.add.Scalar: _binary("add"),
     aten.sub.Tensor: _binary("sub"), aten.sub.Scalar: _binary("sub"), aten.rsub.Scalar: _aten_rsub,

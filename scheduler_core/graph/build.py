@@ -175,12 +175,16 @@ def _pre_transformed(state: State, t: Target) -> tuple:
     return pre, tuple(packers)
 
 
-def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | None = None) -> GraphModule:
+def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | None = None,
+                pack_weights: bool = True) -> GraphModule:
     """Compile every tensor program of ``graph`` for ``target`` and return the model's executor.
 
     graph : Graph (scheduler_core.graph.ir)
     target : str or Target, a CPU target (``"llvm"``, ``"llvm -mcpu=skylake -num-cores=4"``)
     params : optional ``{param name: array}`` bound before building (relay.build's ``params``)
+    pack_weights : bool, pack each bound weight that a tuned schedule reads in a layout of its
+        own once, here, instead of on every call (:class:`CompiledFunction`); False keeps the
+        per-call copy (the program as the tuning measured it)
 
     Raises BuildError for a non-CPU target or a function whose chosen schedule does not build,
     InvalidWorkloadError for a bad ``graph`` or ``params``, InvalidTargetError for a target
@@ -210,7 +214,7 @@ def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | 
         if key not in by_key:
             by_key[key] = _compile(func, t)
         compiled[func.name] = by_key[key]
-    return GraphModule(graph, t, compiled)
+    return GraphModule(graph, t, compiled, pack_weights)
 
 
 MEMORY_ALIGN = 64  # bytes: every planned buffer starts on a cache line
@@ -309,7 +313,8 @@ class GraphModule:
     from a compiled function.
     """
 
-    def __init__(self, graph: Graph, target: Target, compiled: Mapping[str, CompiledFunction]):
+    def __init__(self, graph: Graph, target: Target, compiled: Mapping[str, CompiledFunction],
+                 pack_weights: bool = True):
         self.graph = graph
         self.target = target
         self.functions = dict(compiled)
@@ -322,6 +327,7 @@ class GraphModule:
         self._values = {**{k: np.ascontiguousarray(v) for k, v in graph.bound.items()},
                         **self._arg_buffers, **self._buffers}
         self._wrapped = {name: as_ndarray(a) for name, a in self._values.items()}
+        self.pack_weights = pack_weights
         self._packed: dict = {}  # (weight name, packer id) -> the weight in a tuned layout
         self.pre_transformed_calls = 0  # calls that read weights packed at build time
         self._pre_transformed_names: set = set()
@@ -346,7 +352,7 @@ class GraphModule:
         names = [next(ins) if isinstance(t.op, PlaceholderOp) else next(outs) for t in dag.tensors]
         arrays = [self._values[n] for n in names]
         pre = cf.pre_transformed
-        if pre is not None:
+        if pre is not None and self.pack_weights:
             position = {id(x.op): k for k, x in enumerate(pre.state.dag.tensors)}
             slots = [position[id(lt.source.op)] for lt in pre.layout_transforms]
             if all(names[k] in self.graph.bound for k in slots):  # constant weights: pack each once

@@ -155,6 +155,15 @@ def test_activations_fuse_into_the_linear(act):
 
 
 @pytest.mark.parametrize("f", [
+    lambda m, x: torch.clamp(x, -0.5, 0.75), lambda m, x: x.clamp(min=0.25), lambda m, x: torch.clip(x, max=-0.1),
+    lambda m, x: F.hardtanh(x), lambda m, x: m.act(x), lambda m, x: torch.clamp(x, 0, 6),
+])
+def test_clamp_and_hardtanh_are_lowered_and_fuse_into_the_linear(f):
+    g = check(Fn(lambda m, x: f(m, m.lin(x)), lin=nn.Linear(8, 8), act=nn.Hardtanh(-2.0, 1.5)), _rand(4, 8) * 3)
+    assert [c.kind for c in g.calls] == ["tir"]
+
+
+@pytest.mark.parametrize("f", [
     lambda m, x, y: x + y, lambda m, x, y: x - y * 2.0, lambda m, x, y: x / (y * y + 1.0),
     lambda m, x, y: 3.0 - x, lambda m, x, y: torch.add(x, y, alpha=2.0), lambda m, x, y: torch.mul(x, y[:1]),
     lambda m, x, y: 1.0 / (x * x + 1.0) + torch.maximum(x, y),
