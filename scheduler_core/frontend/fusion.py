@@ -141,8 +141,11 @@ class GraphBuilder:
         if isinstance(value, View) and value.base in self.params:
             arr = self.params[value.base]
             for kind, arg in value.steps:
-                arr = (arr.reshape(arg) if kind == "reshape" else np.transpose(arr, arg) if kind == "permute"
-                       else np.broadcast_to(arr, arg))
+                if kind == "slice":
+                    arr = np.take(arr, range(arg[1], arg[2]), axis=arg[0])
+                else:
+                    arr = (arr.reshape(arg) if kind == "reshape" else np.transpose(arr, arg) if kind == "permute"
+                           else np.broadcast_to(arr, arg))
             return np.ascontiguousarray(arr)
         return None
 

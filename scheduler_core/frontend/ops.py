@@ -53,8 +53,9 @@ def _const(v: float, dtype: str = "float32") -> Any:
 # -- layout views: index remapping (reshape / permute / expand) ---------------------
 def layout_shape(shape: Sequence[int], steps: Sequence[tuple]) -> tuple:
     """The shape after applying layout ``steps`` (``("reshape", shape)``, ``("permute", dims)``,
-    ``("expand", shape)``) to a tensor of ``shape``.  Raises InvalidWorkloadError when a
-    reshape changes the element count or a permutation is not one."""
+    ``("expand", shape)``, ``("slice", (dim, start, stop))``: elements ``start:stop`` of axis
+    ``dim``) to a tensor of ``shape``.  Raises InvalidWorkloadError when a reshape changes the
+    element count, a permutation is not one or a slice is empty or out of range."""
     shape = tuple(shape)
     for kind, arg in steps:
         if kind == "reshape":
@@ -69,6 +70,11 @@ def layout_shape(shape: Sequence[int], steps: Sequence[tuple]) -> tuple:
             if len(arg) != len(shape) or any(s not in (1, a) for s, a in zip(shape, arg)):
                 raise InvalidWorkloadError(f"expand {shape} -> {tuple(arg)}: only size-1 dims may grow")
             shape = tuple(arg)
+        elif kind == "slice":
+            dim, start, stop = arg
+            if not (0 <= dim < len(shape) and 0 <= start < stop <= shape[dim]):
+                raise InvalidWorkloadError(f"slice {start}:{stop} of axis {dim} of {shape} is empty or out of range")
+            shape = (*shape[:dim], stop - start, *shape[dim + 1:])
         else:
             raise InvalidWorkloadError(f"unknown layout step {kind!r}")
     return shape
@@ -137,6 +143,9 @@ def layout_index(shape: Sequence[int], steps: Sequence[tuple], idx: Sequence[Any
             for d, p in enumerate(arg):
                 src[p] = idx[d]
             idx = src
+        elif kind == "slice":
+            dim, start, _ = arg
+            idx = [v + start if d == dim and start else v for d, v in enumerate(idx)]
         else:  # expand
             idx = [te.const(0, "int32") if b == 1 and a != 1 else v for v, b, a in zip(idx, before, after)]
     return idx

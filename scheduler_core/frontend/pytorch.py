@@ -16,9 +16,10 @@ add / sub / mul / div / pow / maximum / minimum (broadcasting, tensor or scalar)
 and log-softmax over the last axis, layer norm, sum / mean / amax / amin over axes, max /
 average pooling 2d, adaptive average pooling to a divisor size, and the layout operators
 view / reshape / flatten / permute / transpose / squeeze / unsqueeze / expand
-(index remapping in the consumer, no copy), contiguous / dropout / identity (no-ops in
-eval mode), ``getitem`` of tuples.  Values that do not depend on the model's inputs are
-folded into weights; integers (``x.size(0)``) become constants.
+and split / chunk / unbind / slice with step 1 (index remapping in the consumer, no copy),
+contiguous / dropout / identity (no-ops in eval mode), ``getitem`` of tuples.  Values that
+do not depend on the model's inputs are folded into weights; integers (``x.size(0)``) become
+constants.
 """
 
 from __future__ import annotations
@@ -289,7 +290,7 @@ class TorchImporter:
         elif node.op == "call_method":
             handler = METHODS.get(node.target)
         if handler is not None and (isinstance(val, torch.Tensor) or node.target is operator.getitem
-                                    or (isinstance(val, tuple) and val and isinstance(val[0], torch.Tensor))):
+                                    or (isinstance(val, (tuple, list)) and val and isinstance(val[0], torch.Tensor))):
             try:
                 out = handler(self, node, val, *args, **kwargs)
             except (Unsupported, InvalidWorkloadError, KeyError, IndexError, TypeError, ValueError):
@@ -416,7 +417,10 @@ def _vdtype(b: GraphBuilder, v: Any) -> str:
 
 def _apply_steps(t: torch.Tensor, steps: tuple) -> torch.Tensor:
     for kind, arg in steps:
-        t = t.reshape(arg) if kind == "reshape" else t.permute(*arg) if kind == "permute" else t.expand(*arg)
+        if kind == "slice":
+            t = t.narrow(arg[0], arg[1], arg[2] - arg[1])
+        else:
+            t = t.reshape(arg) if kind == "reshape" else t.permute(*arg) if kind == "permute" else t.expand(*arg)
     return t
 
 

@@ -155,6 +155,56 @@ def _expand(im, node, val, x, *sizes, **kw):
     return im.b.view(x, ("expand", tuple(val.shape)), name=node.name)
 
 
+def _slice_view(im, node, x, dim: int, start: int, stop: int, name: str) -> Any:
+    """Elements ``start:stop`` of axis ``dim`` of ``x`` as a view (no copy: the consumer reads
+    the base at an offset).  Bounds as Python slicing (negative from the end, clamped)."""
+    shape = im.shape(x)
+    d = dim % len(shape)
+    begin, end, _ = slice(start, stop).indices(shape[d])
+    if begin == 0 and end == shape[d]:
+        return x
+    if end <= begin:
+        raise Unsupported  # an empty tensor: torch makes it
+    return im.b.view(x, ("slice", (d, begin, end)), name=name)
+
+
+def _split(im, node, val, x, split_size_or_sections, dim=0):
+    """``torch.split``: a tuple of slice views of ``x`` along ``dim``."""
+    n = im.shape(x)[dim % len(im.shape(x))]
+    if isinstance(split_size_or_sections, int):
+        sizes = [min(split_size_or_sections, n - k) for k in range(0, n, split_size_or_sections)]
+    else:
+        sizes = [int(v) for v in split_size_or_sections]
+    if sum(sizes) != n or any(v <= 0 for v in sizes):
+        raise Unsupported
+    starts = np.cumsum([0, *sizes[:-1]])
+    return tuple(_slice_view(im, node, x, dim, int(b), int(b) + v, f"{node.name}.{k}")
+                 for k, (b, v) in enumerate(zip(starts, sizes)))
+
+
+def _chunk(im, node, val, x, chunks, dim=0):
+    """``torch.chunk``: pieces of ``ceil(n / chunks)`` along ``dim`` (the last one smaller)."""
+    n = im.shape(x)[dim % len(im.shape(x))]
+    if chunks < 1:
+        raise Unsupported
+    return _split(im, node, val, x, -(-n // chunks), dim)
+
+
+def _unbind(im, node, val, x, dim=0):
+    """``torch.unbind``: each index of ``dim`` as a view with that axis removed."""
+    shape = im.shape(x)
+    d = dim % len(shape)
+    rest = (*shape[:d], *shape[d + 1:])
+    return tuple(im.b.view(x, ("slice", (d, k, k + 1)), ("reshape", rest), name=f"{node.name}.{k}")
+                 for k in range(shape[d]))
+
+
+def _aten_slice(im, node, val, x, dim=0, start=None, end=None, step=1):
+    if step != 1:
+        raise Unsupported
+    return _slice_view(im, node, x, dim, start, end, node.name)
+
+
 def _getitem(im, node, val, seq, idx):
     if isinstance(seq, (tuple, list)):
         return seq[idx]
@@ -433,7 +483,8 @@ _BINARY_FUNCS = {
 FUNCTIONS: dict = {
     **{f: _unary(k) for f, k in _UNARY_FUNCS.items()},
     **{f: _binary(k) for f, k in _BINARY_FUNCS.items()},
-    torch.clamp: _clamp, torch.clip: _clamp, F.hardtanh: _hardtanh,
+    torch.clamp: _clamp, torch.clip: _clamp, F.hardtanh: _hardtanh, torch.split: _split,
+    torch.chunk: _chunk, torch.unbind: _unbind,
     F.gelu: _gelu, F.linear: _linear, torch.matmul: _matmul, operator.matmul: _matmul, torch.bmm: _matmul,
     torch.addmm: _addmm, F.conv2d: _conv2d, F.softmax: _softmax(False), torch.softmax: _softmax(False),
     F.log_softmax: _softmax(True), torch.log_softmax: _softmax(True), F.layer_norm: _layer_norm,
@@ -446,7 +497,7 @@ FUNCTIONS: dict = {
 METHODS: dict = {
     "relu": _unary("relu"), "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "exp": _unary("exp"),
     "sqrt": _unary("sqrt"), "rsqrt": _unary("rsqrt"), "neg": _unary("neg"),
-    "clamp": _clamp, "clip": _clamp,
+    "clamp": _clamp, "clip": _clamp, "split": _split, "chunk": _chunk, "unbind": _unbind,
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _binary("div"),
     "pow": _binary("pow"), "matmul": _matmul, "bmm": _matmul,
     "softmax": _softmax(False), "log_softmax": _softmax(True),
@@ -469,7 +520,7 @@ METHODS: dict = {
 # statistics as arguments, ``_softmax``'s ``half_to_float``) get a small adapter here.  The
 # program is functionalized first (``run_decompositions`` with no decompositions), so no
 # in-place overload reaches the table.  An overload missing from :data:`ATEN` (``aten.embedding``,
-# ``aten.scaled_dot_product_attention``, ``aten.slice``, ``aten.cat``, ...) becomes a library
+# ``aten.scaled_dot_product_attention``, ``aten.cat``, ...) becomes a library
 # call that runs the ATen operator itself, as the fx importer does for what it does not lower.
 #
 # TVM's ``relax.frontend.torch.from_exported_program`` keeps such a table too
@@ -540,6 +591,8 @@ _UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "silu": "silu", 
 ATEN: dict = {
     **{getattr(aten, name).default: _unary(kind) for name, kind in _UNARY.items()},
     aten.hardtanh.default: _hardtanh, aten.clamp.default: _clamp,
+    aten.split.Tensor: _split, aten.split_with_sizes.default: _split, aten.slice.Tensor: _aten_slice,
+    aten.chunk.default: _chunk, aten.unbind.int: _unbind,
     aten.gelu.default: _gelu,
     aten.add.Tensor: _binary("add"), aten.add.Scalar: _binary("add"),
     aten.sub.Tensor: _binary("sub"), aten.sub.Scalar: _binary("sub"), aten.rsub.Scalar: _aten_rsub,

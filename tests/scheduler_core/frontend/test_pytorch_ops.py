@@ -248,7 +248,21 @@ def test_unsupported_operators_become_torch_library_calls():
 
 
 def test_multi_output_library_call_and_getitem():
-    check(Fn(lambda m, x: torch.chunk(x, 2, dim=1)[1] + 1), _rand(3, 4))
+    g = check(Fn(lambda m, x: torch.sort(x, dim=1)[0] + 1), _rand(3, 4))
+    assert [c.kind for c in g.calls] == ["library", "tir"]
+
+
+@pytest.mark.parametrize("f", [
+    lambda m, x: (lambda q, k, v: q * k + v)(*m.lin(x).split(4, dim=-1)),
+    lambda m, x: torch.split(m.lin(x), [3, 9], dim=1)[1] * 2,
+    lambda m, x: (lambda a, b: a - b)(*m.lin(x).view(3, 2, 6).unbind(1)),
+    lambda m, x: torch.chunk(m.lin(x), 5, dim=-1)[3] + 1,  # 5 chunks asked, torch gives 4 of 3
+    lambda m, x: m.lin(x).chunk(2, -1)[0] @ m.lin(x).chunk(2, -1)[1].t(),
+])
+def test_split_chunk_unbind_are_views_read_by_the_next_call(f):
+    """GPT-2's ``c_attn(x).split(d, dim=2)``: slices of one call's output, no copy, no library."""
+    g = check(Fn(f, lin=nn.Linear(6, 12)), _rand(3, 6))
+    assert all(c.kind == "tir" for c in g.calls) and len(g.calls) <= 3, [c.func for c in g.calls]
 
 
 def test_bad_arguments_are_named():
