@@ -128,12 +128,22 @@ class ExprEmitter(IntrinsicEmitter):
 
     # -- arithmetic -----------------------------------------------------------
     def _e_BinaryOp(self, e: E.BinaryOp):
+        if e.op == "pow" and E.is_float(e.dtype) and _small_int_exponent(e.b) is not None:
+            return self._pow_by_products(self.expr(e.a), _small_int_exponent(e.b))
         a, b = self._match(self.expr(e.a), self.expr(e.b))
         if E.is_float(e.dtype):
             return self._float_binary(e.op, a, b)
         if e.op == "pow":
             return self._int_pow(a, b, e.dtype)
         return self._int_binary(e.op, a, b, signed=L.is_signed(e.dtype) or e.dtype == "bool")
+
+    def _pow_by_products(self, x, n: int):
+        """``x ** n`` for a constant n in 1..MAX_POW_PRODUCTS as n - 1 products (GELU's tanh form
+        has ``pow(x, 3)``): LLVM expands ``llvm.pow`` on a vector to one libm call per lane."""
+        out = x
+        for _ in range(n - 1):
+            out = self.builder.fmul(out, x, flags=FLAGS)
+        return out
 
     def _float_binary(self, op: str, a, b):
         bld = self.builder
@@ -346,3 +356,18 @@ def _is_safe(e: E.Expr) -> bool:
                 and not E.is_float(n.dtype) and not isinstance(n.b, E.IntImm):
             return False
     return True
+
+
+MAX_POW_PRODUCTS = 4  # pow(x, n) with a constant integer n up to this is n - 1 multiplications
+
+
+def _small_int_exponent(b: E.Expr) -> int | None:
+    """The exponent of a float ``pow`` when it is a constant integer in 1..MAX_POW_PRODUCTS
+    (a scalar, or a Broadcast of one after vectorization), else None."""
+    v = b.value if isinstance(b, E.Broadcast) else b
+    if isinstance(v, E.Cast):
+        v = v.value
+    if not isinstance(v, (E.FloatImm, E.IntImm)):
+        return None
+    n = v.value
+    return int(n) if float(n).is_integer() and 1 <= n <= MAX_POW_PRODUCTS else None

@@ -360,6 +360,24 @@ def test_intrinsics_match_numpy(kind, dtype):
     np.testing.assert_allclose(o, np.abs(x) ** 1.7, rtol=2e-6)
 
 
+@pytest.mark.parametrize("kind", ["serial", "vectorized"])
+def test_pow_by_a_small_integer_is_products_not_a_libm_call(kind):
+    """GELU's tanh form has pow(x, 3): LLVM would expand llvm.pow on a vector to one powf
+    call per lane; exponents 1..4 (float or int constants) are multiplications instead."""
+    n = 16
+    x = (RNG.random(n) * 6 - 3).astype("float32")
+    for k, exponent in enumerate((E.const(3.0, "float32"), E.const(2.0, "float32"), E.const(1.0, "float32"),
+                                  E.const(4.0, "float32"))):
+        f = elementwise(f"powi{k}_{kind}", n, "float32", lambda v, p=exponent: v ** p, kind)
+        cf = compile_primfunc(f)
+        assert "llvm.pow" not in cf.llvm_ir
+        o = np.zeros(n, np.float32)
+        call(cf, x, o)
+        np.testing.assert_allclose(o, x.astype(np.float64) ** float(exponent.value), rtol=1e-6, atol=1e-6)
+    f = elementwise(f"pow5_{kind}", n, "float32", lambda v: v ** E.const(5.0, "float32"), kind)
+    assert "llvm.pow" in compile_primfunc(f).llvm_ir  # above MAX_POW_PRODUCTS: the intrinsic
+
+
 def _libmvec_available():
     import ctypes
     try:
