@@ -128,8 +128,9 @@ class ExprEmitter(IntrinsicEmitter):
 
     # -- arithmetic -----------------------------------------------------------
     def _e_BinaryOp(self, e: E.BinaryOp):
-        if e.op == "pow" and E.is_float(e.dtype) and _small_int_exponent(e.b) is not None:
-            return self._pow_by_products(self.expr(e.a), _small_int_exponent(e.b))
+        n = _small_int_exponent(e.b) if e.op == "pow" and E.is_float(e.dtype) else None
+        if n is not None:
+            return self._pow_by_products(self.expr(e.a), n)
         a, b = self._match(self.expr(e.a), self.expr(e.b))
         if E.is_float(e.dtype):
             return self._float_binary(e.op, a, b)
