@@ -2,12 +2,14 @@
 eager, ``torch.compile`` and ONNX Runtime in one process, batch 1.
 
     python benchmarks/networks.py [--models resnet18,resnet50,mobilenet_v2,bert_layer,gpt2_block]
-        [--time-budget-s 0] [--threads 2] [--no-compile] [--out benchmarks/results/networks.json]
+        [--time-budget-s 0 | --records FILE] [--threads 2] [--no-compile] [--out benchmarks/results/networks.json]
 
 For each model (random weights, eval mode):
 
 - ``frontend.from_pytorch`` (torch.fx, or torch.export when fx cannot trace it): the import path,
   its time, the number of tensor-program calls and of library calls;
+- with ``--records FILE`` the schedules of an earlier run (its ``records`` path) are built and
+  timed again, untuned (to see a code generation change on the same schedules);
 - with ``--time-budget-s`` > 0 the model's tasks are tuned by ``TaskScheduler`` within that many
   seconds (records in a temporary file, applied with ``ApplyHistoryBest``); 0 builds the default
   schedules (untuned);
@@ -131,7 +133,17 @@ def _per_task(graph, lib, tasks, trials_by_task: list, x_np: list, number: int, 
     return sorted(rows.values(), key=lambda r: -r["seconds"])
 
 
-def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: int, repeat: int) -> dict:
+def _trials_in(records: str, tasks: list) -> list:
+    """How many records of each task a record file holds."""
+    counts = {t.workload_key: 0 for t in tasks}
+    for inp, _ in sc.load_records(records):
+        if inp.task.workload_key in counts:
+            counts[inp.task.workload_key] += 1
+    return [counts[t.workload_key] for t in tasks]
+
+
+def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: int, repeat: int,
+              records: str | None = None) -> dict:
     import torch
 
     from scheduler_core.frontend import from_onnx, from_pytorch
@@ -156,7 +168,14 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
     row["tasks"] = len(tasks)
     t = time.perf_counter()
     trials_by_task = [0] * len(tasks)
-    if budget_s > 0:
+    if records:  # re-time an earlier run's schedules (e.g. after a codegen change): no tuning
+        row["records"] = records
+        trials_by_task = _trials_in(records, tasks)
+        row["trials"], row["tuning_wall_s"] = sum(trials_by_task), 0.0
+        with ApplyHistoryBest(records):
+            lib = build_graph(graph, "llvm")
+            unpacked = build_graph(graph, "llvm", pack_weights=False)
+    elif budget_s > 0:
         log = os.path.join(tempfile.mkdtemp(prefix="networks_"), f"{name}.json")
         scheduler = sc.TaskScheduler(tasks, weights)
         scheduler.tune(sc.TuningOptions(num_measure_trials=100_000, num_measures_per_round=16, verbose=0,
@@ -164,6 +183,7 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
         row["trials"] = int(scheduler.task_cts.sum())
         trials_by_task = [int(n) for n in scheduler.task_cts]
         row["tuning_wall_s"] = time.perf_counter() - t
+        row["records"] = log
         with ApplyHistoryBest(log):
             lib = build_graph(graph, "llvm")
             unpacked = build_graph(graph, "llvm", pack_weights=False)
@@ -233,12 +253,14 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results/networks.json")
+    ap.add_argument("--records", help="build from this record file instead of tuning (one model)")
     args = ap.parse_args()
     doc = {"meta": {"cpu": cpu_model(), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args),
                     "loadavg_before": os.getloadavg()}, "results": []}
     for name in args.models.split(","):
         try:
-            row = run_model(name, args.time_budget_s, args.threads, not args.no_compile, args.number, args.repeat)
+            row = run_model(name, args.time_budget_s, args.threads, not args.no_compile, args.number, args.repeat,
+                            args.records)
         except ImportError as e:
             row = {"model": name, "skipped": f"missing package: {e}"}
         doc["results"].append(row)
