@@ -24,7 +24,7 @@ from scheduler_core.base.target import Target
 from scheduler_core.dag.task import Task
 from scheduler_core.ir import tir as T
 from scheduler_core.schedule.dataflow_step import replay_steps
-from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite, layout_transforms
+from scheduler_core.schedule.layout_rewrite import apply_layout_rewrite, layout_transforms, pre_transform
 from scheduler_core.schedule.loop_state import State
 
 from .backend import Backend, backend_of
@@ -97,8 +97,9 @@ def program_from_state(state: State, target: Any, name: str = ENTRY_NAME,
     args = list(state.dag.tensors)
     transforms: tuple = ()
     if backend.rewrites_layout and pre_transformed:
-        lowered = apply_layout_rewrite(state, pre_transformed=True)
-        transforms = tuple(layout_transforms(apply_layout_rewrite(state), lowered))
+        rewritten = apply_layout_rewrite(state)
+        lowered = pre_transform(rewritten)
+        transforms = tuple(layout_transforms(rewritten, lowered))
         swap = {id(lt.source.op): lt.packed for lt in transforms}
         args = [swap.get(id(t.op), t) for t in args]
     else:

@@ -192,11 +192,16 @@ def apply_layout_rewrite(state: State, pre_transformed: bool = False) -> State:
         for t in _layout_free(st.op):
             if isinstance(t.op, PlaceholderOp) and st.compute_at != "inlined":
                 state = _rewrite_one(state, state.stage_index(st.op), t)
-    if pre_transformed:
-        for k in range(len(state.stages)):
-            if _transform_source(state, k) is not None:
-                state = _pre_transform(state, k)
-    return state
+    return pre_transform(state) if pre_transformed else state
+
+
+def pre_transform(rewritten: State) -> State:
+    """``rewritten`` (a state after :func:`apply_layout_rewrite`) with each transform stage
+    whose source no other stage reads replaced by a placeholder of its name and shape."""
+    for k in range(len(rewritten.stages)):
+        if _transform_source(rewritten, k) is not None:
+            rewritten = _pre_transform(rewritten, k)
+    return rewritten
 
 
 @dataclass(frozen=True)

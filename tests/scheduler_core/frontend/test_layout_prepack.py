@@ -24,6 +24,17 @@ def _model():
     return nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 8 * 8, 32)).eval()
 
 
+def _imported():
+    """(input, torch's output, the imported graph, its tasks) of :func:`_model`."""
+    model = _model()
+    x = torch.randn(1, 8, 8, 8)
+    with torch.no_grad():
+        want = model(x).numpy()
+    graph = from_pytorch(model, x)
+    tasks, _ = sc.extract_tasks(graph, "llvm")
+    return x, want, graph, tasks
+
+
 def _tiled_state(task, seed: int = 0):
     """A sampled multi-level-tiled schedule whose rewrite packs the task's weight."""
     policy = sc.SketchPolicy(task, sc.RandomModel(), seed=seed)
@@ -34,12 +45,7 @@ def _tiled_state(task, seed: int = 0):
 
 
 def test_weights_are_packed_once_at_build_time_and_the_model_still_matches_torch():
-    model = _model()
-    x = torch.randn(1, 8, 8, 8)
-    with torch.no_grad():
-        want = model(x).numpy()
-    graph = from_pytorch(model, x)
-    tasks, _ = sc.extract_tasks(graph, "llvm")
+    x, want, graph, tasks = _imported()
     anchored = [t for t in tasks if has_layout_free_placeholders(t.compute_dag)]
     assert len(anchored) == 2  # the conv2d (OIHW kernel) and the linear (its transposed weight)
     for _, _, func in list(graph.tir_calls()):
@@ -61,12 +67,7 @@ def test_weights_are_packed_once_at_build_time_and_the_model_still_matches_torch
 
 
 def test_an_unbound_weight_keeps_the_per_call_transform():
-    model = _model()
-    x = torch.randn(1, 8, 8, 8)
-    with torch.no_grad():
-        want = model(x).numpy()
-    graph = from_pytorch(model, x)
-    tasks, _ = sc.extract_tasks(graph, "llvm")
+    x, want, graph, tasks = _imported()
     for _, _, func in list(graph.tir_calls()):
         if func.name.startswith("fused_conv2d"):
             task = next(t for t in tasks if t.workload_key == func.workload_key)
