@@ -2,11 +2,13 @@
 eager, ``torch.compile`` and ONNX Runtime in one process, batch 1.
 
     python benchmarks/networks.py [--models resnet18,resnet50,mobilenet_v2,bert_layer,gpt2_block]
-        [--time-budget-s 0 | --records FILE] [--threads 2] [--no-compile] [--out benchmarks/results/networks.json]
+        [--time-budget-s 0 | --records FILE] [--threads 2] [--no-compile] [--conv-layout NCHW|NHWC]
+        [--out benchmarks/results/networks.json]
 
 For each model (random weights, eval mode):
 
-- ``frontend.from_pytorch`` (torch.fx, or torch.export when fx cannot trace it): the import path,
+- ``frontend.from_pytorch`` (torch.fx, or torch.export when fx cannot trace it; convolutions in
+  ``--conv-layout``): the import path,
   its time, the number of tensor-program calls and of library calls;
 - with ``--records FILE`` the schedules of an earlier run (its ``records`` path) are built and
   timed again, untuned (to see a code generation change on the same schedules);
@@ -143,7 +145,7 @@ def _trials_in(records: str, tasks: list) -> list:
 
 
 def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: int, repeat: int,
-              records: str | None = None) -> dict:
+              records: str | None = None, conv_layout: str = "NHWC") -> dict:
     import torch
 
     from scheduler_core.frontend import from_onnx, from_pytorch
@@ -153,14 +155,14 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
     x_np = [x.numpy() for x in xs]
     with torch.no_grad():
         want = module(*xs).numpy()
-    row: dict = {"model": name, "input_shapes": [list(x.shape) for x in xs]}
+    row: dict = {"model": name, "input_shapes": [list(x.shape) for x in xs], "conv_layout": conv_layout}
     try:
         torch.fx.symbolic_trace(module)
         row["import_path"] = "torch.fx"
     except Exception:
         row["import_path"] = "torch.export"
     t = time.perf_counter()
-    graph = from_pytorch(module, xs)
+    graph = from_pytorch(module, xs, conv_layout=conv_layout)
     row["import_s"] = time.perf_counter() - t
     row["tir_calls"] = sum(c.kind == "tir" for c in graph.calls)
     row["library_calls"] = [c.func for c in graph.calls if c.kind != "tir"]
@@ -220,7 +222,7 @@ def run_model(name: str, budget_s: float, threads: int, compile_: bool, number: 
         torch.onnx.export(module, xs, buf, dynamo=False, opset_version=17, input_names=["x"])
         onnx_bytes = buf.getvalue()
         try:
-            og = from_onnx(onnx_bytes)
+            og = from_onnx(onnx_bytes, conv_layout=conv_layout)
             row["from_onnx"] = {"imports": True, "tir_calls": sum(c.kind == "tir" for c in og.calls),
                                 "library_calls": sum(c.kind != "tir" for c in og.calls),
                                 "max_rel_error": _rel_error(np.asarray(build_graph(og, "llvm")(*x_np)), want)}
@@ -254,13 +256,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results/networks.json")
     ap.add_argument("--records", help="build from this record file instead of tuning (one model)")
+    ap.add_argument("--conv-layout", choices=("NCHW", "NHWC"), default="NHWC",
+                    help="the layout convolutions compute in (frontend conv_layout)")
     args = ap.parse_args()
     doc = {"meta": {"cpu": cpu_model(), "when": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args),
                     "loadavg_before": os.getloadavg()}, "results": []}
     for name in args.models.split(","):
         try:
             row = run_model(name, args.time_budget_s, args.threads, not args.no_compile, args.number, args.repeat,
-                            args.records)
+                            args.records, args.conv_layout)
         except ImportError as e:
             row = {"model": name, "skipped": f"missing package: {e}"}
         doc["results"].append(row)

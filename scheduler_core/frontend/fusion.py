@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from scheduler_core import te
+from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.graph.ir import Call, Graph, GraphVar, PrimFunction, TensorType
 from scheduler_core.ir.name_supply import fresh_name
@@ -43,10 +44,16 @@ from scheduler_core.ir.name_supply import fresh_name
 from . import ops
 from .ops import Operand
 
-__all__ = ["View", "Group", "Stage", "TAIL", "GraphBuilder", "sanitize"]
+__all__ = ["View", "Group", "Stage", "TAIL", "CONV_LAYOUTS", "GraphBuilder", "sanitize"]
 
 TAIL = "<tail>"  # a stage argument that reads the previous stage's output
+CONV_LAYOUTS = ("NCHW", "NHWC")  # the layouts convolutions and the values between them may take
+NCHW_TO_NHWC = (0, 2, 3, 1)  # a permute step that reads an NCHW tensor as NHWC
+NHWC_TO_NCHW = (0, 3, 1, 2)  # and back
 LAYOUT_FREE_ROLES = {"dense": "weight", "conv2d": "kernel"}  # anchor kind -> role of its weight operand
+# operators with an NHWC form: layout-agnostic elementwise ones, and those taking a layout or axis
+_NHWC_CAPABLE = (ops.conv2d, ops.pool2d, ops.global_avg_pool2d, ops.unary, ops.binary, ops.clip,
+                 ops.channel_affine)
 
 
 def sanitize(name: str) -> str:
@@ -70,7 +77,16 @@ class View:
         return ops.layout_shape(self.base_shape, self.steps)
 
     def then(self, *steps: tuple) -> View:
-        return View(self.base, self.base_shape, (*self.steps, *steps), self.dtype)
+        """This view followed by ``steps``; two permutations in a row are composed, and one that
+        leaves every axis in place is dropped (an NHWC value read back in NHWC is the base)."""
+        out = list(self.steps)
+        for st in steps:
+            if st[0] == "permute" and out and out[-1][0] == "permute":
+                composed = tuple(out[-1][1][d] for d in st[1])
+                out[-1:] = [] if composed == tuple(range(len(composed))) else [("permute", composed)]
+            else:
+                out.append(st)
+        return View(self.base, self.base_shape, tuple(out), self.dtype)
 
 
 @dataclass
@@ -98,6 +114,7 @@ class Group:
     uses: int = 1
     closed: str | None = None  # the graph value name once materialized
     name: str = ""  # the name its output takes (the operator that made the tail)
+    perm: tuple | None = None  # once closed in NHWC: the permutation that reads it back as NCHW
 
     @property
     def kinds(self) -> list:
@@ -107,7 +124,10 @@ class Group:
 class GraphBuilder:
     """Collects inputs, weights and fused calls; :meth:`finish` returns the Graph."""
 
-    def __init__(self) -> None:
+    def __init__(self, conv_layout: str = "NCHW") -> None:
+        if conv_layout not in CONV_LAYOUTS:
+            raise InvalidWorkloadError(f"conv_layout must be one of {CONV_LAYOUTS}, got {conv_layout!r}")
+        self.conv_layout = conv_layout
         self.inputs: list = []
         self.params: dict = {}  # name -> numpy array
         self.calls: list = []
@@ -161,9 +181,13 @@ class GraphBuilder:
 
     # -- groups --------------------------------------------------------------------
     def materialize(self, value: Any, name: str = "v") -> Any:
-        """A str or View for ``value``: an open group is closed into a call."""
+        """A str or View for ``value``: an open group is closed into a call (a group computed in
+        NHWC is seen through the permutation that reads it as NCHW)."""
         if isinstance(value, Group):
-            return self.close(value, name)
+            vname = self.close(value, name)
+            if value.perm is not None:
+                return View(vname, self.types[vname].shape, (("permute", value.perm),), value.dtype)
+            return vname
         return value
 
     def view(self, value: Any, *steps: tuple, name: str = "v") -> View:
@@ -205,8 +229,9 @@ class GraphBuilder:
         target.uses = uses
         return target
 
-    def close(self, group: Group, name: str = "v") -> str:
-        """Emit the call of ``group`` (once) and return its output's graph name."""
+    def close(self, group: Group, name: str = "v", convert: bool = True) -> str:
+        """Emit the call of ``group`` (once) and return its output's graph name (``convert``:
+        whether it may compute in NHWC, see :meth:`_nhwc_stages`)."""
         if group.closed is not None:
             return group.closed
         placeholders: list = []
@@ -247,8 +272,10 @@ class GraphBuilder:
                     out.append(placeholder_of[(a.base, a.steps) if isinstance(a, View) else a])
             return out
 
+        nhwc = self._nhwc_stages(group) if convert else None
+        stages = nhwc if nhwc is not None else group.stages
         tail = None
-        for st in group.stages:
+        for st in stages:
             operands = []
             for a, role in zip(st.args, st.roles):
                 if a is TAIL:
@@ -267,11 +294,56 @@ class GraphBuilder:
         fname = f"fused_{'_'.join(dict.fromkeys(group.kinds))}_{next(self._fn_counter)}"
         self.functions[fname] = PrimFunction(fname, dag)
         vname = self.fresh(group.name or name)
-        vtype = TensorType(tuple(group.shape), group.dtype)
+        shape = tuple(group.shape)
+        if nhwc is not None:
+            group.perm = NHWC_TO_NCHW
+            shape = tuple(shape[d] for d in NCHW_TO_NHWC)
+        vtype = TensorType(shape, group.dtype)
         self.types[vname] = vtype
         self.calls.append(Call("tir", fname, tuple(call_args), (GraphVar(vname, vtype),)))
         group.closed = vname
         return vname
+
+    def _nhwc_stages(self, group: Group) -> list | None:
+        """The stages of ``group`` rewritten to compute in NHWC, or None to keep NCHW.
+
+        With ``conv_layout="NHWC"``, a 4-D group is computed in NHWC when its stages all have an
+        NHWC form (conv2d, pooling, elementwise, per-channel scale) and it starts with a conv2d
+        or reads a value already stored in NHWC: its tensor operands are read through
+        permutations (which cancel on a value stored in NHWC), a conv2d or pooling stage gets
+        ``layout="NHWC"``, a per-channel stage the channel axis 3.  This is TVM's ConvertLayout
+        to NHWC, done as the importer closes each fused function, after batch-norm folding.
+        """
+        if self.conv_layout != "NHWC" or len(group.shape) != 4:
+            return None
+        if any(st.fn not in _NHWC_CAPABLE for st in group.stages):
+            return None
+        first = group.stages[0]
+        reads_nhwc = any(isinstance(a, View) and a.steps[-1:] == (("permute", NHWC_TO_NCHW),)
+                         for a in first.args)
+        if first.fn is not ops.conv2d and not reads_nhwc:
+            return None
+        out = []
+        for st in group.stages:
+            args = [self._to_nhwc(a) if isinstance(a, (str, View)) and a is not TAIL else a for a in st.args]
+            attrs = dict(st.attrs)
+            if st.fn in (ops.conv2d, ops.pool2d, ops.global_avg_pool2d):
+                attrs["layout"] = "NHWC"
+                args = [args[0], *st.args[1:]]  # the data; a conv2d's weight stays OIHW
+            elif st.fn is ops.channel_affine:
+                if attrs.get("axis", 1) != 1:
+                    return None
+                attrs["axis"] = 3
+                args = [args[0], *st.args[1:]]  # scale and shift stay 1-D
+            out.append(Stage(st.kind, st.fn, args, list(st.roles), attrs))
+        return out
+
+    def _to_nhwc(self, value: Any) -> View:
+        """``value`` (an NCHW-shaped operand of rank <= 4, broadcast from the right) read in NHWC."""
+        v = value if isinstance(value, View) else View(value, self.types[value].shape, (), self.types[value].dtype)
+        if len(v.shape) < 4:
+            v = v.then(("reshape", (1,) * (4 - len(v.shape)) + tuple(v.shape)))
+        return v.then(("permute", NCHW_TO_NHWC))
 
     def library(self, func: str, args: Sequence[str], outs: Sequence[tuple]) -> list:
         """A library call ``func(*args)`` with outputs ``(name, shape, dtype)``; returns their names."""
@@ -287,7 +359,10 @@ class GraphBuilder:
         return names
 
     def output(self, value: Any, name: str = "out") -> str:
-        """A graph value for a model output (a view is copied by a function of its own)."""
+        """A graph value for a model output (a view is copied by a function of its own; a fused
+        function still open computes in the model's layout, so that it needs no such copy)."""
+        if isinstance(value, Group) and value.closed is None:
+            return self.close(value, name, convert=False)
         v = self.materialize(value, name)
         if isinstance(v, View) and v.steps:
             g = Group([Stage("copy", ops.copy, [v], ["data"])], v.shape, v.dtype)

@@ -53,12 +53,14 @@ class _Unsupported(Exception):
     """An argument outside what the translation covers (the message says which)."""
 
 
-def from_onnx(model: Any, shape_dict: dict | None = None) -> Graph:
+def from_onnx(model: Any, shape_dict: dict | None = None, conv_layout: str = "NHWC") -> Graph:
     """The Graph of an ONNX model.
 
     model : a path (str or os.PathLike) to an ``.onnx`` file, its bytes, or an
         ``onnx.ModelProto``
     shape_dict : optional {input name: shape} for inputs whose shapes have symbolic dims
+    conv_layout : ``"NCHW"`` or ``"NHWC"``, the layout convolutions compute in (as in
+        ``from_pytorch``)
     Returns a Graph whose inputs are the model's graph inputs (initializers excluded, in
     order), whose params are the initializers (bound), and whose outputs are the model's.
     Raises InvalidWorkloadError for a file that is not an ONNX model, a model the checker
@@ -102,7 +104,7 @@ def from_onnx(model: Any, shape_dict: dict | None = None) -> Graph:
         tr.node(node)
     gm = tr.finish([o.name for o in proto.graph.output])
     examples = [_example(input_shapes[v.name], v.type.tensor_type.elem_type) for v in inputs]
-    return import_fx_graph(gm, tuple(examples), "the translated ONNX model")
+    return import_fx_graph(gm, tuple(examples), "the translated ONNX model", conv_layout=conv_layout)
 
 
 def _load(model: Any):

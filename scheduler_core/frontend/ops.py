@@ -7,7 +7,8 @@ extraction fuses elementwise consumers into their producer (Zheng et al., "Ansor
 Generating High-Performance Tensor Programs for Deep Learning", OSDI 2020, section 6;
 the operator definitions follow TVM's TOPI: ``nn.dense``, ``nn.batch_matmul``,
 ``nn.conv2d_nchw`` / ``group_conv2d_nchw`` with a separate padding stage, ``nn.softmax``,
-``nn.layer_norm``, ``nn.pool2d``).  Layouts are PyTorch's (NCHW, OIHW weights); shapes are
+``nn.layer_norm``, ``nn.pool2d``).  Layouts are PyTorch's (NCHW, OIHW weights), and
+convolution and pooling also compute in NHWC (``layout="NHWC"``, still with OIHW weights); shapes are
 concrete ints; dtypes float32.  Errors: InvalidWorkloadError naming the operator.
 """
 
@@ -283,18 +284,33 @@ def batch_matmul(a: Operand, b: Operand, name: str = "batch_matmul") -> Any:
     return te.compute((*batch, M, N), body, name=name)
 
 
-def _pad(x: Operand, ph: int, pw: int, value: Any, name: str) -> Operand:
-    """Zero (or ``value``) padding of the two last axes as its own stage (TOPI's ``nn.pad``)."""
+def _pad(x: Operand, ph: int, pw: int, value: Any, name: str, layout: str = "NCHW") -> Operand:
+    """Zero (or ``value``) padding of the two spatial axes (the two last in NCHW, axes 1 and 2 in
+    NHWC) as its own stage (TOPI's ``nn.pad``)."""
     if ph == 0 and pw == 0:
         return x
-    *lead, h, w = x.shape
-    padded = te.compute(
-        (*lead, h + 2 * ph, w + 2 * pw),
-        lambda *i: te.if_then_else(
-            te.all(i[-2] >= ph, i[-2] < h + ph, i[-1] >= pw, i[-1] < w + pw),
-            x.read((*i[:-2], i[-2] - ph, i[-1] - pw)), value),
-        name=name)
-    return operand(padded)
+    ya, xa = _spatial_axes(layout, len(x.shape))
+    h, w = x.shape[ya], x.shape[xa]
+    shape = list(x.shape)
+    shape[ya], shape[xa] = h + 2 * ph, w + 2 * pw
+
+    def body(*i: Any) -> Any:
+        src = list(i)
+        src[ya], src[xa] = i[ya] - ph, i[xa] - pw
+        return te.if_then_else(te.all(i[ya] >= ph, i[ya] < h + ph, i[xa] >= pw, i[xa] < w + pw),
+                               x.read(tuple(src)), value)
+
+    return operand(te.compute(tuple(shape), body, name=name))
+
+
+def _spatial_axes(layout: str, rank: int) -> tuple:
+    """The (height, width) axes of a tensor of ``rank`` in ``layout`` (NCHW: the two last;
+    NHWC: the two before the channel axis)."""
+    if layout == "NCHW":
+        return rank - 2, rank - 1
+    if layout == "NHWC":
+        return rank - 3, rank - 2
+    raise InvalidWorkloadError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
 
 
 def _out_len(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool = False) -> int:
@@ -307,13 +323,18 @@ def _out_len(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool = False) ->
 
 def conv2d(x: Operand, weight: Operand, stride: Sequence[int] = (1, 1), padding: Sequence[int] = (0, 0),
            dilation: Sequence[int] = (1, 1), groups: int = 1, name: str = "conv2d",
-           layout_free: Sequence = ()) -> Any:
-    """2-D convolution NCHW x OIHW (``torch.nn.functional.conv2d`` without bias): x (n, ci, h, w),
-    weight (co, ci/groups, kh, kw) -> (n, co, oh, ow); grouped and depthwise (groups == ci)
-    convolutions read input channel ``g * ci/groups + rc`` for output channel ``f`` of group ``g``.
-    Zero padding is a separate stage (``pad``) that the schedule inlines.  layout_free: as
-    :func:`dense`."""
-    n, ci, h, w = x.shape
+           layout_free: Sequence = (), layout: str = "NCHW") -> Any:
+    """2-D convolution with an OIHW weight (``torch.nn.functional.conv2d`` without bias):
+    NCHW: x (n, ci, h, w) -> (n, co, oh, ow); NHWC (``layout="NHWC"``, TOPI's ``conv2d_nhwc``):
+    x (n, h, w, ci) -> (n, oh, ow, co), the layout in which the output channels are the
+    innermost, contiguous axis, so that a CPU schedule vectorizes over them (TVM's
+    auto-scheduler tutorials convert CPU and GPU models to NHWC for this).  weight (co,
+    ci/groups, kh, kw) in both.  Grouped and depthwise (groups == ci) convolutions read input
+    channel ``g * ci/groups + rc`` for output channel ``f`` of group ``g``.  Zero padding is a
+    separate stage (``pad``) that the schedule inlines.  layout_free: as :func:`dense`."""
+    ya, xa = _spatial_axes(layout, 4)
+    ca = 1 if layout == "NCHW" else 3
+    n, ci, h, w = x.shape[0], x.shape[ca], x.shape[ya], x.shape[xa]
     co, cig, kh, kw = weight.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     if ci % groups or co % groups or cig != ci // groups:
@@ -322,53 +343,65 @@ def conv2d(x: Operand, weight: Operand, stride: Sequence[int] = (1, 1), padding:
     oh, ow = _out_len(h, kh, sh, ph, dh), _out_len(w, kw, sw, pw, dw)
     if oh <= 0 or ow <= 0:
         raise InvalidWorkloadError(f"{name}: output would be empty ({oh}x{ow})")
-    data = _pad(x, ph, pw, _const(0, x.dtype), "pad")
+    data = _pad(x, ph, pw, _const(0, x.dtype), "pad", layout)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     cog = co // groups
+
+    def at(b: Any, c: Any, y: Any, xx: Any) -> Any:
+        return data.read((b, c, y, xx) if layout == "NCHW" else (b, y, xx, c))
+
     if cig == 1:
-        def body(b, f, y, xx):
+        def spatial(b, f, y, xx):
             c = f if groups == co else te.floordiv(f, cog)
-            return te.sum(data.read((b, c, y * sh + ry * dh, xx * sw + rx * dw))
+            return te.sum(at(b, c, y * sh + ry * dh, xx * sw + rx * dw)
                           * weight.read((f, te.const(0, "int32"), ry, rx)), axis=[ry, rx])
     else:
         rc = te.reduce_axis((0, cig), name="rc")
 
-        def body(b, f, y, xx):
+        def spatial(b, f, y, xx):
             c = rc if groups == 1 else te.floordiv(f, cog) * cig + rc
-            return te.sum(data.read((b, c, y * sh + ry * dh, xx * sw + rx * dw))
-                          * weight.read((f, rc, ry, rx)), axis=[rc, ry, rx])
-    return te.compute((n, co, oh, ow), body, name=name, attrs=_layout_attrs(layout_free))
+            return te.sum(at(b, c, y * sh + ry * dh, xx * sw + rx * dw)
+                          * weight.read((f, rc, ry, rx)), axis=[rc, ry, rx] if layout == "NCHW" else [ry, rx, rc])
+    if layout == "NCHW":
+        return te.compute((n, co, oh, ow), spatial, name=name, attrs=_layout_attrs(layout_free))
+    return te.compute((n, oh, ow, co), lambda b, y, xx, f: spatial(b, f, y, xx), name=name,
+                      attrs=_layout_attrs(layout_free))
 
 
 def pool2d(x: Operand, kind: str, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
            dilation: Sequence[int] = (1, 1), ceil_mode: bool = False, count_include_pad: bool = True,
-           name: str = "") -> Any:
-    """Max or average pooling over the two last axes (``nn.MaxPool2d`` / ``nn.AvgPool2d``);
-    max pooling pads with the lowest float, average pooling divides by the window size
-    (``count_include_pad``) or by the in-bounds count."""
-    *lead, h, w = x.shape
+           name: str = "", layout: str = "NCHW") -> Any:
+    """Max or average pooling over the two spatial axes (``nn.MaxPool2d`` / ``nn.AvgPool2d``; the
+    two last axes in NCHW, axes 1 and 2 in NHWC); max pooling pads with the lowest float,
+    average pooling divides by the window size (``count_include_pad``) or by the in-bounds count."""
+    ya, xa = _spatial_axes(layout, len(x.shape))
+    h, w = x.shape[ya], x.shape[xa]
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
     oh, ow = _out_len(h, kh, sh, ph, dh, ceil_mode), _out_len(w, kw, sw, pw, dw, ceil_mode)
+    out_shape = list(x.shape)
+    out_shape[ya], out_shape[xa] = oh, ow
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
     def window(i: tuple, fill: Any) -> Any:
-        y, xx = i[-2] * sh + ry * dh - ph, i[-1] * sw + rx * dw - pw
-        return te.if_then_else(te.all(y >= 0, y < h, xx >= 0, xx < w), x.read((*i[:-2], y, xx)), fill)
+        y, xx = i[ya] * sh + ry * dh - ph, i[xa] * sw + rx * dw - pw
+        src = list(i)
+        src[ya], src[xa] = y, xx
+        return te.if_then_else(te.all(y >= 0, y < h, xx >= 0, xx < w), x.read(tuple(src)), fill)
 
     if kind == "max":
-        return te.compute((*lead, oh, ow), lambda *i: te.max(window(i, te.min_value(x.dtype)), axis=[ry, rx]),
+        return te.compute(tuple(out_shape), lambda *i: te.max(window(i, te.min_value(x.dtype)), axis=[ry, rx]),
                           name=name or "max_pool2d")
     if kind != "avg":
         raise InvalidWorkloadError(f"pool2d: kind must be 'max' or 'avg', got {kind!r}")
-    total = te.compute((*lead, oh, ow), lambda *i: te.sum(window(i, _const(0, x.dtype)), axis=[ry, rx]),
+    total = te.compute(tuple(out_shape), lambda *i: te.sum(window(i, _const(0, x.dtype)), axis=[ry, rx]),
                        name="pool_sum")
     if count_include_pad and not ceil_mode:
         return te.compute(total.shape, lambda *i: total[i] / _const(kh * kw), name=name or "avg_pool2d")
 
     def count(i: tuple) -> Any:  # the window's size as PyTorch divides by it
-        y0, x0 = i[-2] * sh - ph, i[-1] * sw - pw
+        y0, x0 = i[ya] * sh - ph, i[xa] * sw - pw
         y1, x1 = te.min(y0 + kh, h + ph), te.min(x0 + kw, w + pw)
         if not count_include_pad:
             y0, x0, y1, x1 = te.max(y0, 0), te.max(x0, 0), te.min(y1, h), te.min(x1, w)
@@ -377,13 +410,22 @@ def pool2d(x: Operand, kind: str, kernel: Sequence[int], stride: Sequence[int], 
     return te.compute(total.shape, lambda *i: total[i] / count(i), name=name or "avg_pool2d")
 
 
-def global_avg_pool2d(x: Operand, name: str = "global_avg_pool2d") -> Any:
-    """Mean over the two last axes, keeping them as size 1 (``AdaptiveAvgPool2d(1)``)."""
-    *lead, h, w = x.shape
+def global_avg_pool2d(x: Operand, name: str = "global_avg_pool2d", layout: str = "NCHW") -> Any:
+    """Mean over the two spatial axes, keeping them as size 1 (``AdaptiveAvgPool2d(1)``; layout
+    as in :func:`pool2d`)."""
+    ya, xa = _spatial_axes(layout, len(x.shape))
+    h, w = x.shape[ya], x.shape[xa]
+    out_shape = list(x.shape)
+    out_shape[ya], out_shape[xa] = 1, 1
     ry = te.reduce_axis((0, h), name="ry")
     rx = te.reduce_axis((0, w), name="rx")
-    total = te.compute((*lead, 1, 1), lambda *i: te.sum(x.read((*i[:-2], ry, rx)), axis=[ry, rx]),
-                       name="pool_sum")
+
+    def body(*i: Any) -> Any:
+        src = list(i)
+        src[ya], src[xa] = ry, rx
+        return te.sum(x.read(tuple(src)), axis=[ry, rx])
+
+    total = te.compute(tuple(out_shape), body, name="pool_sum")
     return te.compute(total.shape, lambda *i: total[i] / _const(h * w), name=name)
 
 

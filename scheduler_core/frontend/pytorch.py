@@ -49,7 +49,7 @@ _LIBRARY_IDS = itertools.count()
 _EXPORT_FUNCTIONS = {**FUNCTIONS, **ATEN}  # torch.export graphs hold ATen operators and getitem
 
 
-def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
+def from_pytorch(module: nn.Module, example_inputs: Any, conv_layout: str = "NHWC") -> Graph:
     """The Graph of ``module`` (put in eval mode) traced with ``torch.fx`` on ``example_inputs``.
 
     module : a ``torch.nn.Module`` that ``torch.fx.symbolic_trace`` can trace (no data-dependent
@@ -65,6 +65,13 @@ def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
     ``torch.export`` instead (:func:`from_exported_program`).  Raises InvalidWorkloadError
     when the module can be neither traced nor exported, cannot run on the inputs, or when an
     input is not a tensor.
+
+    conv_layout : ``"NHWC"`` (default): convolutions, pooling and the elementwise functions
+        between them compute and store their values in NHWC, with the output channels as the
+        innermost axis, which the search vectorizes (``fusion.GraphBuilder``; TVM's
+        ConvertLayout, which its auto-scheduler tutorials apply for CPUs and GPUs); the graph's
+        inputs and outputs keep the model's layout.  ``"NCHW"`` keeps the model's own layout
+        everywhere.  Raises InvalidWorkloadError for another value.
     """
     if not isinstance(module, nn.Module):
         raise InvalidWorkloadError(f"from_pytorch takes a torch.nn.Module, got {type(module).__name__}")
@@ -78,16 +85,18 @@ def from_pytorch(module: nn.Module, example_inputs: Any) -> Graph:
         gm = fx.symbolic_trace(module)
     except Exception as fx_error:  # torch raises many kinds of error for untraceable code
         try:  # most Hugging Face models: torch.export is the tracer they support
-            return from_exported_program(module, inputs)
+            return from_exported_program(module, inputs, conv_layout)
         except InvalidWorkloadError as export_error:
             raise InvalidWorkloadError(f"torch.fx cannot trace {type(module).__name__}: {fx_error}; "
                                        f"and {export_error}") from fx_error
-    return import_fx_graph(gm, inputs, type(module).__name__)
+    return import_fx_graph(gm, inputs, type(module).__name__, conv_layout=conv_layout)
 
 
-def import_fx_graph(gm: fx.GraphModule, inputs: tuple, what: str, functions: dict | None = None) -> Graph:
+def import_fx_graph(gm: fx.GraphModule, inputs: tuple, what: str, functions: dict | None = None,
+                    conv_layout: str = "NHWC") -> Graph:
     """The Graph of the fx graph ``gm`` run on ``inputs`` (every node's value recorded), each node
-    through ``functions`` (default: the fx table).  The one walk of all three importers.
+    through ``functions`` (default: the fx table), convolutions in ``conv_layout`` (as in
+    :func:`from_pytorch`).  The one walk of all three importers.
     Raises InvalidWorkloadError naming ``what`` when the graph fails on the inputs."""
     recorder = Recorder(gm)
     try:
@@ -95,10 +104,10 @@ def import_fx_graph(gm: fx.GraphModule, inputs: tuple, what: str, functions: dic
             recorder.run(*inputs)
     except Exception as e:
         raise InvalidWorkloadError(f"{what} fails on the example inputs: {e}") from e
-    return TorchImporter(gm, recorder.values, functions=functions).run()
+    return TorchImporter(gm, recorder.values, functions=functions, conv_layout=conv_layout).run()
 
 
-def from_exported_program(program: Any, example_inputs: Any = None) -> Graph:
+def from_exported_program(program: Any, example_inputs: Any = None, conv_layout: str = "NHWC") -> Graph:
     """The Graph of a ``torch.export`` program (TVM's ``relax.frontend.torch.from_exported_program``).
 
     program : a ``torch.export.ExportedProgram``, or a ``torch.nn.Module`` to export (put in
@@ -110,11 +119,11 @@ def from_exported_program(program: Any, example_inputs: Any = None) -> Graph:
     weights, and each ATen operator goes through ``torch_handlers.ATEN`` (what it does not
     lower, e.g. ``aten.embedding`` or ``aten.scaled_dot_product_attention``, runs the ATen
     operator as a library call), as :func:`from_pytorch` does for fx graphs.  Inputs are
-    named as the program's placeholders.  Raises InvalidWorkloadError when the module cannot
-    be exported or run, or an input is not a tensor.
+    named as the program's placeholders; ``conv_layout`` as in :func:`from_pytorch`.  Raises
+    InvalidWorkloadError when the module cannot be exported or run, or an input is not a tensor.
     """
     with without_triton():
-        return _from_exported_program(program, example_inputs)
+        return _from_exported_program(program, example_inputs, conv_layout)
 
 
 @contextlib.contextmanager
@@ -137,7 +146,7 @@ def without_triton() -> Iterator[None]:
             del sys.modules["triton"]
 
 
-def _from_exported_program(program: Any, example_inputs: Any) -> Graph:
+def _from_exported_program(program: Any, example_inputs: Any, conv_layout: str) -> Graph:
     if isinstance(program, nn.Module):
         inputs = _tensor_inputs(example_inputs)
         try:
@@ -161,7 +170,7 @@ def _from_exported_program(program: Any, example_inputs: Any) -> Graph:
         gm = ep.run_decompositions({}).module()
     except Exception as e:
         raise InvalidWorkloadError(f"cannot functionalize {name}: {e}") from e
-    return import_fx_graph(gm, inputs, name, functions=_EXPORT_FUNCTIONS)
+    return import_fx_graph(gm, inputs, name, functions=_EXPORT_FUNCTIONS, conv_layout=conv_layout)
 
 
 def _tensor_inputs(example_inputs: Any) -> tuple:
@@ -197,10 +206,11 @@ def _has_tensor(v: Any) -> bool:
 
 
 class TorchImporter:
-    def __init__(self, gm: fx.GraphModule, values: dict, functions: dict | None = None):
+    def __init__(self, gm: fx.GraphModule, values: dict, functions: dict | None = None,
+                 conv_layout: str = "NHWC"):
         self.gm, self.values = gm, values
         self.functions = FUNCTIONS if functions is None else functions
-        self.b = GraphBuilder()
+        self.b = GraphBuilder(conv_layout)
         self.env: dict = {}
         self.dep: dict = {}
         self.module_params: dict = {}
