@@ -325,16 +325,18 @@ class GraphBuilder:
             return None
         out = []
         for st in group.stages:
-            args = [self._to_nhwc(a) if isinstance(a, (str, View)) and a is not TAIL else a for a in st.args]
             attrs = dict(st.attrs)
+            converted = len(st.args)  # how many leading operands are read in NHWC
             if st.fn in (ops.conv2d, ops.pool2d, ops.global_avg_pool2d):
                 attrs["layout"] = "NHWC"
-                args = [args[0], *st.args[1:]]  # the data; a conv2d's weight stays OIHW
+                converted = 1  # the data; a conv2d's weight stays OIHW
             elif st.fn is ops.channel_affine:
                 if attrs.get("axis", 1) != 1:
                     return None
                 attrs["axis"] = 3
-                args = [args[0], *st.args[1:]]  # scale and shift stay 1-D
+                converted = 1  # scale and shift stay 1-D
+            args = [self._to_nhwc(a) if k < converted and isinstance(a, (str, View)) and a is not TAIL else a
+                    for k, a in enumerate(st.args)]
             out.append(Stage(st.kind, st.fn, args, list(st.roles), attrs))
         return out
 
