@@ -17,6 +17,7 @@ and log-softmax over the last axis, layer norm, sum / mean / amax / amin over ax
 average pooling 2d, adaptive average pooling to a divisor size, and the layout operators
 view / reshape / flatten / permute / transpose / squeeze / unsqueeze / expand
 and split / chunk / unbind / slice with step 1 (index remapping in the consumer, no copy),
+linear layers sharing their input combined into one (``parallel_dense``: q/k/v projections),
 contiguous / dropout / identity (no-ops in eval mode), ``getitem`` of tuples.  Values that
 do not depend on the model's inputs are folded into weights; integers (``x.size(0)``) become
 constants.
@@ -41,6 +42,7 @@ from scheduler_core.graph.ir import Graph, register_func
 
 from . import ops
 from .fusion import GraphBuilder, Group, Stage, View, sanitize
+from .parallel_dense import combine_parallel_dense
 from .torch_handlers import ATEN, FUNCTIONS, METHODS, MODULES, Unsupported
 
 __all__ = ["from_pytorch", "from_exported_program", "import_fx_graph", "without_triton"]
@@ -93,11 +95,15 @@ def from_pytorch(module: nn.Module, example_inputs: Any, conv_layout: str = "NHW
 
 
 def import_fx_graph(gm: fx.GraphModule, inputs: tuple, what: str, functions: dict | None = None,
-                    conv_layout: str = "NHWC") -> Graph:
+                    conv_layout: str = "NHWC", combine_dense: bool = True) -> Graph:
     """The Graph of the fx graph ``gm`` run on ``inputs`` (every node's value recorded), each node
     through ``functions`` (default: the fx table), convolutions in ``conv_layout`` (as in
-    :func:`from_pytorch`).  The one walk of all three importers.
+    :func:`from_pytorch`).  The one walk of all three importers.  ``combine_dense``: first
+    combine the linear layers that share an input into one (``parallel_dense``, in place on
+    ``gm``: a transformer's q/k/v projections become one dense).
     Raises InvalidWorkloadError naming ``what`` when the graph fails on the inputs."""
+    if combine_dense:
+        combine_parallel_dense(gm)
     recorder = Recorder(gm)
     try:
         with torch.no_grad():

@@ -28,6 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from cost_model import LGBMModel
 from scheduler_core.measure.data import FAILED_COST_S
 
 from .program_measurer import ProgramMeasurer
@@ -78,6 +79,7 @@ class TaskScheduler:
         self.rounds = np.zeros(len(self.tasks), int)
         self.task_cts = np.zeros(len(self.tasks), int)  # trials measured per task
         self.best_states: list = [None for _ in self.tasks]
+        self.search_policies: list = []  # one SketchPolicy per task, set by tune (TVM's name)
 
     def _pick(self) -> int:
         n = len(self.tasks)
@@ -100,8 +102,12 @@ class TaskScheduler:
              on_phase=None, init_search_callbacks=None) -> list:
         """Spend ``tuning_options.num_measure_trials`` over the tasks; returns the best State per task.
 
-        Each task gets ``SketchPolicy.from_options`` with its own cost model (``cost_model_factory()``,
-        default LGBMModel) and the options' seed + the task's index; one ProgramMeasurer made from
+        Each task gets ``SketchPolicy.from_options`` with the options' seed + the task's index.  All
+        of them share one cost model, as Ansor's task scheduler shares its XGBModel: an
+        ``LGBMModel(seed=options.seed)`` by default, or ``cost_model_factory()`` called once per task
+        (return the same object to share it, a new one per call for a model per task), so a task
+        that has measured a few programs is ranked by what every task measured (the labels are
+        normalized per task, ``LGBMModel``).  One ProgramMeasurer made from
         the options measures every batch, so each of its ``measure_callbacks`` (e.g. RecordToFile)
         receives every record of every task.  ``on_phase``: given to every policy
         (``SketchPolicy.on_phase``), so a caller sees the phases.  ``init_search_callbacks``: run on
@@ -117,11 +123,15 @@ class TaskScheduler:
         """
         callbacks = [PreloadMeasuredStates(self.load_log_file)] if self.load_log_file else []
         callbacks += list(init_search_callbacks or [])
-        policies = [SketchPolicy.from_options(t, tuning_options, cost_model_factory() if cost_model_factory else None,
+        if cost_model_factory is None:
+            shared = LGBMModel(seed=tuning_options.seed)
+            cost_model_factory = lambda: shared  # noqa: E731
+        policies = [SketchPolicy.from_options(t, tuning_options, cost_model_factory(),
                                               seed_offset=k, init_search_callbacks=callbacks)
                     for k, t in enumerate(self.tasks)]
         for policy in policies:
             policy.on_phase = on_phase
+        self.search_policies = policies
         measurer = ProgramMeasurer.from_options(tuning_options)
         left = tuning_options.num_measure_trials
         # TVM's TaskScheduler: a round is at most trials / tasks, so every task gets its warm-up

@@ -100,6 +100,16 @@ def _quiet_tune(scheduler, options):
         return scheduler.tune(options)
 
 
+def test_the_tasks_share_one_cost_model_trained_on_every_tasks_measurements(tuned):
+    """Ansor's task scheduler shares one cost model among the tasks: each task's policy ranks
+    with the model that learned from both tasks' records (labels normalized per task)."""
+    policies = tuned["scheduler"].search_policies
+    assert len(policies) == 2 and policies[0].cost_model is policies[1].cost_model
+    model = policies[0].cost_model
+    assert len(set(model.task_ids)) == 2
+    assert len(model.features) == int(tuned["scheduler"].task_cts.sum())
+
+
 def test_a_budget_smaller_than_one_round_per_task_still_reaches_every_task():
     """TVM's rule: a round is at most trials / tasks (64 per round asked, 6 trials, 3 tasks:
     2 each), so no task is left with its naive schedule."""
