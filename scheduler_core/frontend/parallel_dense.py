@@ -47,7 +47,7 @@ def _attribute(gm: fx.GraphModule, node) -> torch.Tensor | None:
     return obj if isinstance(obj, torch.Tensor) else None
 
 
-def linear_parts(gm: fx.GraphModule, node: fx.Node) -> tuple | None:
+def dense_operands(gm: fx.GraphModule, node: fx.Node) -> tuple | None:
     """``(x, weight, bias or None, aten)`` of a linear node with constant weight and bias, else None.
 
     weight : the (out_features, in_features) tensor; aten : whether the node is ATen's linear
@@ -83,7 +83,7 @@ def combine_parallel_dense(gm: fx.GraphModule, min_num_branches: int = 2) -> int
     """
     groups: dict = {}
     for node in gm.graph.nodes:
-        parts = linear_parts(gm, node)
+        parts = dense_operands(gm, node)
         if parts is None:
             continue
         x, weight, bias, aten = parts
