@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler_core.dag.dag_json import MAX_NAME_CHARS
 from scheduler_core.ir.expr import BINARY_OPS, CMP_OPS, DTYPES, INTRINSICS, REDUCERS
 from scheduler_core.ir.intrinsics import MAX_CALL_ARITY
 
@@ -30,6 +31,7 @@ OP_KINDS = ("placeholder", "compute", "scan")
 
 _INDEX = {"type": "integer", "minimum": 0}
 _DTYPE = {"enum": list(DTYPES), "description": "element type"}
+_NAME = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS}
 
 # An operand: a bare JSON integer (an int32 constant) or an expression object (one level deep).
 _EXPR: dict[str, Any] = {
@@ -81,12 +83,12 @@ EXPR_SCHEMAS: dict[str, dict] = {
 }
 
 OP_SCHEMAS: dict[str, dict] = {
-    "placeholder": _node("placeholder", "an input tensor", name={"type": "string"},
+    "placeholder": _node("placeholder", "an input tensor", name=_NAME,
                          shape={"type": "array", "items": _EXPR, "description": "integer extents"},
                          dtype=_DTYPE),
     "compute": _node(
         "compute", "a tensor computed element-wise over its axes",
-        name={"type": "string"}, shape={"type": "array", "items": _EXPR, "description": "integer extents"},
+        name=_NAME, shape={"type": "array", "items": _EXPR, "description": "integer extents"},
         axis={"type": "array", "items": _INDEX,
               "description": "one variable id per shape dimension (the spatial axis over [0, shape[d]))"},
         body={"anyOf": [{"type": "integer"}, {"oneOf": list(EXPR_SCHEMAS.values())},
@@ -96,7 +98,7 @@ OP_SCHEMAS: dict[str, dict] = {
         attrs={"type": "object", "description": "JSON scalars or lists; layout_free_placeholders: tensor refs"},
         tag={"type": "string"}),
     "scan": _node(
-        "scan", "a recurrence over time steps", name={"type": "string"}, scan_axis=_RANGE,
+        "scan", "a recurrence over time steps", name=_NAME, scan_axis=_RANGE,
         init={"type": "array", "items": _TENSOR_REF, "minItems": 1},
         update={"type": "array", "items": _TENSOR_REF, "minItems": 1},
         state_placeholder={"type": "array", "items": _TENSOR_REF, "minItems": 1},
@@ -115,7 +117,7 @@ DAG_JSON_SCHEMA: dict[str, Any] = {
         "version": {"const": DAG_VERSION},
         "vars": {"type": "array", "description": "scalar variables, referred to by index",
                  "items": {"type": "object", "required": ["name", "dtype"], "additionalProperties": False,
-                           "properties": {"name": {"type": "string"}, "dtype": _DTYPE}}},
+                           "properties": {"name": _NAME, "dtype": _DTYPE}}},
         "ops": {"type": "array", "description": "operations in topological order (producers first)",
                 "items": {"oneOf": list(OP_SCHEMAS.values())}},
         "tensors": {"type": "array", "items": _TENSOR_REF, "minItems": 1,

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import threading
 from typing import Annotated
@@ -95,11 +96,24 @@ class TokenAuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self.is_open(scope["path"]):
             settings = scope["app"].state.settings
-            if not token_ok(settings, Headers(scope=scope).get("authorization")):
+            given = Headers(scope=scope).getlist("authorization")
+            # two Authorization headers are refused, never resolved by order (a proxy and a client
+            # could each add one)
+            if not token_ok(settings, given[0] if len(given) == 1 else None):
                 response = error_json(401, "Unauthorized", UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class BodyReadTimeout(StarletteHTTPException):
+    """A request body not received within its deadline: a 408 ErrorBody (a client that sends its
+    body slowly or stops halfway does not hold a connection and a worker thread for ever)."""
+
+    error_name = "RequestTimeout"
+
+    def __init__(self, seconds: float, setting: str = "body_read_timeout_s"):
+        super().__init__(408, f"Request Timeout: the request body did not arrive within {setting}={seconds:g} s")
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -118,36 +132,55 @@ class BodyLimitMiddleware:
     text, and from outside every user middleware, so before the token check).
 
     ``upload_sizes``: {path: limit} for multipart/form-data POSTs to those paths (an uploaded
-    model file, Settings.max_model_upload_bytes), instead of ``max_body_size``."""
+    model file, Settings.max_model_upload_bytes), instead of ``max_body_size``.
 
-    def __init__(self, app: ASGIApp, max_body_size: int | None, upload_sizes: dict[str, int] | None = None):
+    408 for a body that has not fully arrived ``read_timeout_s`` seconds after the request
+    (``upload_timeout_s`` for an upload; None: no deadline).  Only the body's messages are
+    timed: a later ``receive`` (a streaming response waiting for the client to disconnect) is not."""
+
+    def __init__(self, app: ASGIApp, max_body_size: int | None, upload_sizes: dict[str, int] | None = None,
+                 read_timeout_s: float | None = None, upload_timeout_s: float | None = None):
         self.app, self.max_body_size, self.upload_sizes = app, max_body_size, dict(upload_sizes or {})
+        self.read_timeout_s, self.upload_timeout_s = read_timeout_s, upload_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit, setting = self.max_body_size, "max_body_bytes"
+        timeout, timeout_setting = self.read_timeout_s, "body_read_timeout_s"
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].rstrip("/") in self.upload_sizes \
                 and Headers(scope=scope).get("content-type", "").lower().startswith("multipart/form-data"):
             limit, setting = self.upload_sizes[scope["path"].rstrip("/")], "max_model_upload_bytes"
-        if scope["type"] != "http" or limit is None:
+            timeout, timeout_setting = self.upload_timeout_s, "upload_read_timeout_s"
+        if scope["type"] != "http" or (limit is None and timeout is None):
             await self.app(scope, receive, send)
             return
+        cap = float("inf") if limit is None else limit
+        seconds = 0.0 if timeout is None else timeout
         try:
             declared = int(Headers(scope=scope).get("content-length", ""))
         except ValueError:
             declared = None
-        if declared is not None and declared > limit:
-            too_large = BodyTooLarge(limit, setting)
+        if declared is not None and declared > cap:
+            too_large = BodyTooLarge(int(cap), setting)
             await error_json(413, too_large.error_name, str(too_large.detail))(scope, receive, send)
             return
-        received, started = 0, False
+        received, started, body_done = 0, False, False
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done or deadline is None:
+                message = await receive()
+            else:
+                left = deadline - asyncio.get_running_loop().time()
+                try:
+                    message = await asyncio.wait_for(receive(), max(left, 0.0))
+                except asyncio.TimeoutError:
+                    raise BodyReadTimeout(seconds, timeout_setting) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > limit:
-                    raise BodyTooLarge(limit, setting)
+                if received > cap:
+                    raise BodyTooLarge(int(cap), setting)
+                body_done = not message.get("more_body", False)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -157,10 +190,10 @@ class BodyLimitMiddleware:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge as exc:  # read outside a route (its handler answers the ones inside)
+        except (BodyTooLarge, BodyReadTimeout) as exc:  # read outside a route (its handler answers inside)
             if started:
                 raise
-            await error_json(413, exc.error_name, str(exc.detail))(scope, receive, send)
+            await error_json(exc.status_code, exc.error_name, str(exc.detail))(scope, receive, send)
 
 
 def require_token(settings: SettingsDep,

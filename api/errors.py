@@ -80,6 +80,8 @@ _DESCRIPTIONS = {
     404: "Unknown task or job id, or nothing of that kind exists yet",
     409: "Conflicts with the resource's state (a job of the task is still queued or running, the job "
          "has already ended, or the task's trial budget is spent)",
+    408: "The request body did not arrive within Settings.body_read_timeout_s (upload_read_timeout_s "
+         "for an uploaded model)",
     413: "Request body larger than Settings.max_body_bytes",
     422: "The request (schema, DAG, target or a limit on work) is invalid; ``detail`` says what",
     429: "Too many requests or active jobs for this token; retry after ``Retry-After`` seconds",

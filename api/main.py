@@ -29,9 +29,10 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagge
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from workers.logging_setup import configure_api_logging
+from workers.logging_setup import configure_api_logging, redact_access_logs
+from workers.processes import make_non_dumpable
 
-from .deps import BodyLimitMiddleware, TokenAuthMiddleware, require_token
+from .deps import BodyLimitMiddleware, TokenAuthMiddleware, auth_enabled, require_token
 from .errors import error_responses, install_error_handlers
 from .routes import dashboard, health, jobs, metrics, models, tasks
 from .settings import Settings, get_settings
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ``settings.data_dir``).  Redis unreachable -> 503 with ``Retry-After`` (api.errors).
     """
     settings = settings or get_settings()
+    redact_access_logs()  # the dashboard takes ?token=: never in uvicorn's access log
     app = FastAPI(title=settings.project_name, summary="Ansor-style auto-scheduler service",
                   openapi_url=OPENAPI_URL, docs_url=None, redoc_url=None)  # docs: _add_docs, offline
     app.state.settings = settings
@@ -95,7 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             *dashboard.OPEN_PATHS))
     # The last added runs first: the token check, then the body limit (both before routing).
     app.add_middleware(BodyLimitMiddleware, max_body_size=settings.max_body_bytes,
-                       upload_sizes={models.UPLOAD_PATH: settings.max_model_upload_bytes})
+                       upload_sizes={models.UPLOAD_PATH: settings.max_model_upload_bytes},
+                       read_timeout_s=settings.body_read_timeout_s, upload_timeout_s=settings.upload_read_timeout_s)
     app.add_middleware(TokenAuthMiddleware, open_paths=open_paths,
                        open_prefixes=(f"{STATIC_URL}/", *dashboard.OPEN_PREFIXES))
     _add_docs(app, settings.project_name)
@@ -108,13 +111,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(dashboard.router)  # the web pages (their data: the routes above)
-    _document_bodies(app, models.BODY_SCHEMAS)
+    _document_bodies(app, models.BODY_SCHEMAS, settings)
     return app
 
 
-def _document_bodies(app: FastAPI, bodies: tuple) -> None:
+def _document_bodies(app: FastAPI, bodies: tuple, settings: Settings) -> None:
     """Put ``bodies`` (pydantic models a route reads itself, e.g. POST /models' two content types)
-    in the OpenAPI document's components, where the routes' ``openapi_extra`` refer to them."""
+    in the OpenAPI document's components, where the routes' ``openapi_extra`` refer to them, and
+    make the document say what this service's ``settings`` enforce (:func:`_match_settings`)."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -127,14 +131,33 @@ def _document_bodies(app: FastAPI, bodies: tuple) -> None:
             for name, sub in schema.pop("$defs", {}).items():
                 schemas.setdefault(name, sub)
             schemas[body.__name__] = schema
+        _match_settings(document, settings)
+        app.openapi_schema = document
         return document
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _match_settings(document: dict, settings: Settings) -> None:
+    """The OpenAPI document as this service enforces it: ``num_measure_trials`` at most
+    ``max_job_trials`` (the library allows more), and no bearer token required when auth is off."""
+    for schema in document.get("components", {}).get("schemas", {}).values():
+        trials = schema.get("properties", {}).get("num_measure_trials")
+        if isinstance(trials, dict) and "maximum" in trials:
+            trials["maximum"] = min(trials["maximum"], settings.max_job_trials)
+    if not auth_enabled(settings):
+        for path in document.get("paths", {}).values():
+            for operation in path.values():
+                if isinstance(operation, dict):
+                    operation.pop("security", None)
+                    operation.get("responses", {}).pop("401", None)
+        document.get("components", {}).pop("securitySchemes", None)
 
 
 def __getattr__(name: str):
     """``api.main:app`` for uvicorn, built on first access (importing this module starts nothing)."""
     if name == "app":
         configure_api_logging()  # the server process (uvicorn api.main:app) logs to stderr in one format
+        make_non_dumpable()  # its environment holds the API token
         globals()["app"] = create_app()
         return globals()["app"]
     raise AttributeError(name)

@@ -22,6 +22,8 @@ each refusal is a one-line message naming the limit and its value):
                                       POSTs per second per token (token bucket in Redis) -> 429
                                       with ``Retry-After``; rate_limit_per_s = 0 turns it off
     "measure": "queue" with no worker listening on the device's queue -> 503 naming the queue
+    body_read_timeout_s (60), upload_read_timeout_s (900)
+                                      seconds within which a request's body must arrive -> 408
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ class Settings(BaseSettings):
     max_dag_depth: int = 256               # deepest expression nesting (a leaf is depth 1)
     max_dag_nodes: int = 100_000           # expression nodes, vars, ops and attr values in all
     max_body_bytes: int = 8 * 2**20        # largest accepted request body, in bytes
+    # Seconds from a request's start within which its whole body must arrive, else 408 (a slow
+    # or stalled client holds nothing longer); uploads (POST /models multipart) get their own.
+    body_read_timeout_s: float = Field(60.0, gt=0)
+    upload_read_timeout_s: float = Field(900.0, gt=0)
     # An ONNX model uploaded to POST /models (multipart): its largest body in bytes, and the
     # seconds its import (a child process, workers.onnx_import) may take before it is stopped.
     max_model_upload_bytes: int = Field(512 * 2**20, ge=1)

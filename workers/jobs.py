@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rq import get_current_job
+
 from scheduler_core.base.errors import BuildError, SchedulerCoreError
 from scheduler_core.driver.program import ENTRY_NAME
 from scheduler_core.runtime.cuda_module import CudaModule
@@ -57,7 +59,9 @@ class UnknownTaskError(UnknownSubjectError):
 
 
 # failures that a retry would repeat: the job ends failed instead of going back to RQ
-DETERMINISTIC_ERRORS = (SchedulerCoreError, UnknownSubjectError, NoMeasurementWorker)
+# failures that a re-run would repeat: the job ends failed, RQ does not retry it.  RecursionError:
+# an input too deep for a recursive walk fails the same way every time.
+DETERMINISTIC_ERRORS = (SchedulerCoreError, UnknownSubjectError, NoMeasurementWorker, RecursionError)
 
 
 def one_line_error(err: BaseException, limit: int = 300) -> str:
@@ -199,10 +203,16 @@ def run_job(store: RedisStore, job_id: str, subject: str, trials: int, plan: Cal
             if isinstance(err, DETERMINISTIC_ERRORS):
                 log.error("job %s failed: %s", job_id, error, exc_info=err)
                 return end_job(store, job_id, JobState.failed, error)
-            log.error("job %s failed: %s; RQ retries it when retries are left (it continues from its records)",
-                      job_id, error, exc_info=err)
             store.update_job(job_id, phase="", phase_since="")
-            store.set_job_state(job_id, JobState.failed, error)
+            rq_job = get_current_job()
+            if rq_job is not None and (rq_job.retries_left or 0) > 0:
+                # RQ runs it again: the job waits in its queue (never failed -> running -> failed)
+                log.error("job %s stopped: %s; RQ retries it (%d retries left; it continues from its "
+                          "records)", job_id, error, rq_job.retries_left, exc_info=err)
+                store.set_job_state(job_id, JobState.queued, f"retrying after {error}")
+            else:
+                log.error("job %s failed: %s", job_id, error, exc_info=err)
+                store.set_job_state(job_id, JobState.failed, error)
             raise
         return end_job(store, job_id, state)
 

@@ -18,6 +18,7 @@ import contextvars
 import logging
 import logging.handlers
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,37 @@ class JobIdFilter(logging.Filter):
         if not getattr(record, "job_id", None):
             record.job_id = current_job_id.get() or "-"
         return True
+
+
+_TOKEN_IN_QUERY = re.compile(r"([?&](?:access_)?token=)[^&\s\"]*", re.IGNORECASE)
+ACCESS_LOGGERS = ("uvicorn.access",)  # loggers that log request paths with their query strings
+
+
+class RedactTokenFilter(logging.Filter):
+    """Replaces the value of a ``token=`` query parameter (the dashboard accepts the API token
+    there) with ``[redacted]`` in a record's message and string arguments, so the token never
+    reaches a log (uvicorn's access log writes each request's path with its query)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_tokens(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_tokens(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def redact_tokens(text: str) -> str:
+    """``text`` with every ``token=<value>`` query parameter's value replaced by ``[redacted]``."""
+    return _TOKEN_IN_QUERY.sub(r"\1[redacted]", text)
+
+
+def redact_access_logs() -> None:
+    """Put a :class:`RedactTokenFilter` on the access loggers (:data:`ACCESS_LOGGERS`); idempotent.
+    Logging configuration (uvicorn's dictConfig) keeps a logger's filters."""
+    for name in ACCESS_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactTokenFilter) for f in logger.filters):
+            logger.addFilter(RedactTokenFilter())
 
 
 def log_level(level: int | str) -> int:

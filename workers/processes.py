@@ -20,6 +20,7 @@ $AUTOSCHED_DATA_DIR / the default; the level is $AUTOSCHED_LOG_LEVEL (default IN
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -37,6 +38,8 @@ from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
+
+from scheduler_core.measure.popen_pool import worker_environment
 
 from .job_state import JobState
 from .logging_setup import configure_worker_logging
@@ -64,6 +67,7 @@ class FileLoggingWorker(Worker):
     and those of the jobs its work-horses run go to the file, none to the terminal."""
 
     def __init__(self, *args, **kwargs):
+        make_non_dumpable()  # its Redis URL and its jobs' state: not for the programs it measures
         configure_worker_logging(resolve_data_dir(), os.environ.get(LOG_LEVEL_ENV) or "INFO")
         super().__init__(*args, **kwargs)
 
@@ -77,11 +81,30 @@ def worker_command(url: str, queues: Sequence[str] = (TUNE_QUEUE,), burst: bool 
     return cmd + list(queues)
 
 
+PR_SET_DUMPABLE = 4  # prctl option (linux/prctl.h)
+
+
+def make_non_dumpable() -> bool:
+    """Mark this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``; Linux): other processes of
+    the same user, such as a measured program, can no longer read its ``/proc/<pid>/environ``
+    (where the API token of ``autosched serve`` lives) or attach to it, and it leaves no core
+    file.  Children started with exec are dumpable again; forked ones (RQ's work-horses) are
+    not.  Returns whether it took effect (False off Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
 def worker_env(data_dir: str | os.PathLike | None = None) -> dict[str, str]:
-    """The environment of a worker process: this one's, with $AUTOSCHED_DATA_DIR set to ``data_dir``,
-    else to the data directory of this process's embedded Redis (when it uses one), so that the
-    worker logs under ``<data dir>/logs``."""
-    env = dict(os.environ)
+    """The environment of a worker process: this one's without secrets (the API token and every
+    variable named like a token, password, secret or key: ``popen_pool.worker_environment``; a
+    worker needs none of them, and the programs it measures run below it), ``REDIS_URL`` kept,
+    with $AUTOSCHED_DATA_DIR set to ``data_dir``, else to the data directory of this process's
+    embedded Redis (when it uses one), so that the worker logs under ``<data dir>/logs``."""
+    env = worker_environment()
+    if "REDIS_URL" in os.environ:
+        env["REDIS_URL"] = os.environ["REDIS_URL"]
     chosen = data_dir if data_dir is not None else embedded_data_dir()
     if chosen is not None:
         env[DATA_DIR_ENV] = resolve_data_dir(chosen)

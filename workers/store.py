@@ -351,6 +351,8 @@ class RedisStore:
             fields.update(started=repr(time.time()), ended="", error="")
         elif state in ENDED_STATES:
             fields.update(ended=repr(time.time()), error=error)
+        elif error:  # queued again: why (the error of the run that RQ retries)
+            fields["error"] = error
         with self.conn.pipeline(transaction=True) as p:
             p.hset(keys.job(job_id), mapping=fields)
             if state == JobState.queued:  # requeued (a worker died): it waits on the queue again

@@ -27,7 +27,7 @@ from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.job_state import ENDED_STATES, JobState
 from workers.logging_setup import configure_api_logging, configure_worker_logging
-from workers.processes import LOG_LEVEL_ENV, WorkerSupervisor
+from workers.processes import LOG_LEVEL_ENV, WorkerSupervisor, make_non_dumpable
 from workers.queues import TUNE_QUEUE, gpu_measure_queue, pin_cuda_device
 from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
 
@@ -85,6 +85,7 @@ def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[in
     cold shutdown: a job still running is requeued on the next start and continues from
     its records), then the embedded Redis.
     """
+    make_non_dumpable()  # the API token in this environment: unreadable by the programs it measures
     url = os.environ.get("REDIS_URL")
     conn = get_connection(url, data_dir=data_dir)
     if not url:

@@ -136,7 +136,7 @@ def _schema_ref(model: Any) -> dict:
 
 @router.post("", status_code=201, response_model=ModelCreated, operation_id="create_model",
              responses={201: {"description": "The model, its tasks and its job", "links": MODEL_LINKS},
-                        **error_responses(409, 413, 422, 429, 503)},
+                        **error_responses(408, 409, 413, 422, 429, 503)},
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/json": {"schema": _schema_ref(ModelCreate)},
                  "multipart/form-data": {"schema": _schema_ref(ModelUpload)}}}})
@@ -232,31 +232,38 @@ def _create_from_upload(form, settings, conn: Redis, token: str) -> ModelCreated
                 raise OnnxImportBusy(str(err), retry_after_s=30) from None
     finally:
         _IMPORTS.release()
-    return _create(body.model_copy(update={"graph": graph}), settings, conn, token)
+    body = body.model_copy(update={"graph": graph})
+    return _create(body, _graph(body, settings), settings, conn, token)
 
 
-def _check_before_graph(body: ModelCreate, settings, conn: Redis) -> None:
-    """The refusals that do not need the graph: trials over the job limit, a GPU target, no
-    measurement worker for ``"measure": "queue"``."""
-    tuning = body.tuning.model_dump()
-    check_job_trials(settings, tuning["num_measure_trials"])
+def _check_request(body: ModelCreate, settings) -> None:
+    """The refusals that need neither the graph nor Redis: trials over the job limit, a GPU target."""
+    check_job_trials(settings, body.tuning.model_dump()["num_measure_trials"])
     if Target.parse(body.target).is_gpu:
         raise ModelNotSupported(f"target {body.target!r}: whole models are tuned for CPU (llvm) targets; "
                                 "tune a cuda function with POST /tasks")
-    check_measure_listener(conn, tuning["measure"], body.target)
+
+
+def _check_before_graph(body: ModelCreate, settings, conn: Redis) -> None:
+    """The refusals that do not need the graph: :func:`_check_request`, then no measurement worker
+    for ``"measure": "queue"`` (503)."""
+    _check_request(body, settings)
+    check_measure_listener(conn, body.tuning.model_dump()["measure"], body.target)
 
 
 def _create_from_json(body: ModelCreate, settings, conn: Redis, token: str) -> ModelCreated:
-    _check_before_graph(body, settings, conn)
-    return _create(body, settings, conn, token)
+    """The request's own errors (422) before the service's state (503: no measurement worker)."""
+    _check_request(body, settings)
+    graph = _graph(body, settings)
+    check_measure_listener(conn, body.tuning.model_dump()["measure"], body.target)
+    return _create(body, graph, settings, conn, token)
 
 
-def _create(body: ModelCreate, settings, conn: Redis, token: str) -> ModelCreated:
-    """Validate the graph, store the model, its tasks and its job; the graph-free refusals
-    (:func:`_check_before_graph`) have been made by the caller."""
+def _create(body: ModelCreate, graph: Graph, settings, conn: Redis, token: str) -> ModelCreated:
+    """Store the model (its checked ``graph``), its tasks and its job; the refusals have been made
+    by the caller."""
     tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
     trials = tuning["num_measure_trials"]
-    graph = _graph(body, settings)
     store = ModelStore(conn)
 
     def create() -> tuple[str, str, ModelCreated]:

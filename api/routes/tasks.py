@@ -80,7 +80,7 @@ def _job_hint(store: RedisStore, task: TaskRecord) -> str:
 
 @router.post("", status_code=201, response_model=TaskCreated, operation_id="create_task",
              responses={201: {"description": "The task and its first job", "links": TASK_LINKS},
-                        **error_responses(409, 413, 422, 429, 503)})
+                        **error_responses(408, 409, 413, 422, 429, 503)})
 def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: ConnDep,
                 token: RateLimitedToken) -> TaskCreated:
     """Validate the DAG, create (or reuse) the task of its workload and target, start a search."""
@@ -127,7 +127,7 @@ def read_task(task: TaskDep) -> FromRecord:
 
 @router.post("/{task_id}/resume", status_code=201, response_model=TaskCreated, operation_id="resume_task",
              responses={201: {"description": "The task's new job", "links": TASK_LINKS},
-                        **error_responses(404, 409, 413, 422, 429, 503)})
+                        **error_responses(404, 408, 409, 413, 422, 429, 503)})
 def resume_task(body: TaskResume, token: RateLimitedToken, task: TaskDep, store: StoreDep, conn: ConnDep,
                 settings: SettingsDep) -> TaskCreated:
     """A new job that continues from the task's records (nothing measured is measured again)."""

@@ -40,6 +40,8 @@ from .tensor import ComputeOp, PlaceholderOp, ScanOp, Tensor, check_iter_names, 
 FORMAT = "autosched.compute_dag"
 VERSION = 1
 TENSOR_ATTR = "layout_free_placeholders"  # the one attr whose value is a list of tensors
+MAX_NAME_CHARS = 256  # an op's or variable's name (they become C identifiers and file names)
+MAX_FLOP_ATTR = 2**63 - 1  # an integer FLOP attr (it overrides the FLOP estimate)
 _OP_FIELDS = {
     "placeholder": ("name", "shape", "dtype"),
     "compute": ("name", "shape", "axis", "body", "attrs", "tag"),
@@ -93,6 +95,11 @@ def tensors_from_json(obj: dict | str | bytes, *, max_elements: int = 2**31,
         obj = _parse_text(obj)
     return _Decoder(max_elements, max_total_elements, max_depth, max_nodes,
                     require_concrete_shapes).dag(obj)
+
+
+def _short(v: int) -> str:
+    """An integer for a message: its digits, or its size when it has more than 18."""
+    return str(v) if abs(v) < 10**18 else f"an integer of {v.bit_length()} bits"
 
 
 def _reject_constant(name: str):
@@ -237,7 +244,7 @@ class _Decoder(ExprDecoder):
             path = f"vars[{k}]"
             self.count(path)
             self.fields(v, path, ("name", "dtype"), "a variable")
-            self.vars.append(Var(self.typed(v, "name", path, str), self.dtype(v, path)))
+            self.vars.append(Var(self.name(v, path), self.dtype(v, path)))
         ops = self.array(obj, "ops", "")
         self.n_ops = len(ops)
         for k, o in enumerate(ops):
@@ -247,6 +254,13 @@ class _Decoder(ExprDecoder):
         if not refs:
             fail_at("a ComputeDAG needs at least one tensor", "tensors")
         tensors = [self.tensor_ref(r, f"tensors[{j}]", self.n_ops) for j, r in enumerate(refs)]
+        first: dict = {}
+        for j, t in enumerate(tensors):
+            key = (id(t.op), t.value_index)
+            if key in first:
+                fail_at(f"tensor {t.op.name} is listed twice in tensors (tensors[{first[key]}] and "
+                        f"tensors[{j}]): each argument is one buffer", f"tensors[{j}]")
+            first[key] = j
         try:
             reachable = dag_ops(tensors)
         except InvalidWorkloadError as e:
@@ -259,13 +273,21 @@ class _Decoder(ExprDecoder):
         check_ops_access_bounds(self.ops, [f"ops[{k}]" for k in range(len(self.ops))])
         return tensors
 
+    def name(self, obj: dict, path: str) -> str:
+        """An op's or variable's ``name``: a string of 1 to MAX_NAME_CHARS characters."""
+        name = self.typed(obj, "name", path, str)
+        if not 0 < len(name) <= MAX_NAME_CHARS:
+            fail_at(f"a name must have 1 to {MAX_NAME_CHARS} characters, this one has {len(name)}",
+                    f"{path}.name")
+        return name
+
     # -- ops ----------------------------------------------------------------
     def op(self, o: Any, k: int) -> Any:
         path = f"ops[{k}]"
         if not isinstance(o, dict):
             fail_at(f"an op must be a JSON object, not {type(o).__name__}", path)
         kind = self.kind_fields(o, path, _OP_FIELDS, "op", f" (expected one of {', '.join(_OP_FIELDS)})")
-        name = self.typed(o, "name", path, str)
+        name = self.name(o, path)
         self.refs = []
         if kind == "placeholder":
             op = PlaceholderOp(name, self.shape(o, path, k), self.dtype(o, path))
@@ -366,7 +388,11 @@ class _Decoder(ExprDecoder):
             if not isinstance(val, list):
                 fail_at("must be a list of tensor references", where)
             return [self.tensor_ref(r, f"{where}[{j}]", k) for j, r in enumerate(val)]
-        return map_attrs(self.typed(o, "attrs", path, dict), f"{path}.attrs", refs, self.plain)
+        attrs = map_attrs(self.typed(o, "attrs", path, dict), f"{path}.attrs", refs, self.plain)
+        flop = attrs.get("FLOP")
+        if isinstance(flop, int) and is_json_int(flop) and not 0 <= flop <= MAX_FLOP_ATTR:
+            fail_at(f"FLOP must be an integer in [0, {MAX_FLOP_ATTR}], got {_short(flop)}", f"{path}.attrs.FLOP")
+        return attrs
 
     def plain(self, val: Any, path: str) -> Any:
         """Check an attr value (JSON scalars and lists) iteratively; returns it."""

@@ -315,9 +315,11 @@ class ExprDecoder:
                 fail_at(f"operands have dtypes {a.dtype} and {b.dtype}", p)
             if kind == "cmp":
                 return CmpOp(o["op"], a, b)
-            if in_index and o["op"] in _DIVISIONS and is_int(b.dtype):
-                self.check_divisor(o["op"], b, f"{p}.b")
-            return BinaryOp(o["op"], a, b, self.same_dtype(o, p, a.dtype))
+            # an integer "div" is floordiv, as in ``ir.expr.binary`` and the reference evaluator
+            op = "floordiv" if o["op"] == "div" and is_int(a.dtype) else o["op"]
+            if in_index and op in _DIVISIONS and is_int(b.dtype):
+                self.check_divisor(op, b, f"{p}.b")
+            return BinaryOp(op, a, b, self.same_dtype(o, p, a.dtype))
         if kind == "not":
             return Not(kids[0])
         if kind == "select":

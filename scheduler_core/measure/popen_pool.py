@@ -30,6 +30,7 @@ wire form, ``MeasureResult.to_json()`` (as the measurement queue does).
 from __future__ import annotations
 
 import collections
+import ctypes
 import faulthandler
 import importlib
 import json
@@ -387,12 +388,42 @@ def arm_cpu_limit(cpu_s: float) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+_CAP_VERSION_3 = 0x20080522  # _LINUX_CAPABILITY_VERSION_3 (linux/capability.h): two 32-bit words
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> bool:
+    """Clear this process's capability sets (``capset(2)``; Linux).  A child of a service that
+    runs as root keeps uid 0 but loses what makes root more than the owner of its files: it can
+    no longer read the environment of a non-dumpable process (``CAP_SYS_PTRACE``; the API
+    token of ``autosched serve``) nor files it does not own (``CAP_DAC_OVERRIDE``).  Returns
+    whether the sets are now empty (False off Linux or where capset is unavailable)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    capset = getattr(libc, "capset", None)
+    if capset is None:
+        return False
+    return capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), (_CapData * 2)()) == 0
+
+
 def child_main(read_fd: int, write_fd: int, parent_pid: int, preload: Sequence[str]) -> None:
-    """The loop of a child: set its limits, import ``preload``, say ready, then serve calls until EOF."""
+    """The loop of a child: set its limits, import ``preload``, say ready, then serve calls until EOF.
+    A child with limits (the runner's, where measured programs run) also drops its capabilities
+    when it runs as root (:func:`drop_capabilities`)."""
     limits_text = os.environ.pop(LIMITS_ENV, "")
     limits = WorkerLimits.from_json(limits_text) if limits_text else None
     if limits is not None:
         apply_limits(limits)
+        if os.geteuid() == 0:
+            drop_capabilities()
     faulthandler.enable()  # a segfault leaves a Python traceback in the stderr file
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     recv_conn = Connection(read_fd, writable=False)

@@ -23,7 +23,7 @@ from scheduler_core.ir.expr import (
     as_expr,
     select,
 )
-from scheduler_core.ir.expr_functor import reduce_identity, substitute, transform
+from scheduler_core.ir.expr_functor import depth, reduce_identity, substitute, transform
 from scheduler_core.ir.simplify import simplify
 
 from . import transform_step as ts
@@ -112,14 +112,53 @@ def cache_stage_name(state: State, name: str, scope: str) -> str:
     return f"{name}.{scope}"
 
 
+MAX_INLINED_DEPTH = 96  # deepest expression an inline may build (a chain of elementwise stages)
+
+
+def inlined_depth(state: State, stage_id: int) -> int:
+    """The depth of the deepest expression that inlining ``stage_id`` would build: over the stages
+    it would be inlined into (its readers, through stages already inlined), the depth of each
+    one's body plus those of the inlined stages it reads, transitively (an upper bound: each
+    inlined read is counted at its consumer's full depth).  Iterative; no recursion."""
+    stages = state.stages
+    index = {id(s.op): k for k, s in enumerate(stages)}
+    reads: list = []
+    readers: dict = {}
+    for k, s in enumerate(stages):
+        ids = sorted({index[id(t.op)] for t in s.op.input_tensors() if id(t.op) in index})
+        reads.append(ids)
+        for q in ids:
+            readers.setdefault(q, []).append(k)
+
+    def inlined(k: int) -> bool:
+        return k == stage_id or stages[k].compute_at == "inlined"
+    up = [0] * len(stages)  # a stage's expression with its inlined producers substituted
+    for k, s in enumerate(stages):  # stages are in topological order
+        own = max(depth(b) for b in s.op.bodies) if isinstance(s.op, ComputeOp) else 1
+        up[k] = own + max((up[q] for q in reads[k] if inlined(q)), default=0)
+    deepest, stack, seen = 0, [stage_id], {stage_id}
+    while stack:
+        for r in readers.get(stack.pop(), ()):
+            if r in seen:
+                continue
+            seen.add(r)
+            if inlined(r):
+                stack.append(r)
+            else:
+                deepest = max(deepest, up[r])
+    return deepest
+
+
 @dataclass(frozen=True)
 class ComputeInlineStep:
     """CI: inline an element-wise stage into its consumers.
 
     Raises ScheduleError for a bad stage id, a placeholder, a reduction, an output, a
-    scan's init or update, and (as TVM's ComputeInlineStep) a stage that other stages
-    are computed at.  Where the stages it reads are computed is checked on the final
-    state, at lowering (:func:`transform_step.check_compute_locations`).
+    scan's init or update, (as TVM's ComputeInlineStep) a stage that other stages
+    are computed at, and an inline that would build an expression deeper than
+    MAX_INLINED_DEPTH (:func:`inlined_depth`: a long chain of element-wise stages is then
+    computed in pieces; the sketch rules leave such a stage at root).  Where the stages it
+    reads are computed is checked on the final state, at lowering (:func:`transform_step.check_compute_locations`).
     """
 
     stage_id: int
@@ -136,6 +175,11 @@ class ComputeInlineStep:
             if isinstance(sc.op, ScanOp):
                 check(not any(t.op is st.op for t in sc.op.init + sc.op.update),
                       f"cannot inline {st.name}: it is a scan's init or update")
+        deep = inlined_depth(state, self.stage_id)
+        check(deep <= MAX_INLINED_DEPTH,
+              f"cannot inline {st.name}: the expression it would be inlined into would be up to {deep} "
+              f"levels deep (limit {MAX_INLINED_DEPTH}: lowering and code generation walk expressions "
+              "recursively)")
         st = replace(st, compute_at="inlined", attach=None)
         return state.with_stage(self.stage_id, st).with_step(self)
 

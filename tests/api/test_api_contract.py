@@ -101,6 +101,15 @@ def test_unauthenticated_post_is_401_before_the_body_is_read(auth_client, name, 
 
 
 @pytest.mark.integration
+def test_two_authorization_headers_are_401_whichever_comes_first(auth_client):
+    for first, second in ((AUTH["Authorization"], "Bearer wrong"), ("Bearer wrong", AUTH["Authorization"]),
+                          (AUTH["Authorization"], AUTH["Authorization"])):
+        r = auth_client.get("/tasks/nope", headers=[("Authorization", first), ("Authorization", second)])
+        _error(r, 401)
+    _error(auth_client.get("/tasks/nope", headers=AUTH), 404)
+
+
+@pytest.mark.integration
 def test_unauthenticated_get_delete_and_unknown_routes_are_401(auth_client):
     for method, path in (("GET", "/tasks/nope"), ("GET", "/tasks/nope/records?offset=-1"), ("GET", "/jobs/nope"),
                          ("DELETE", "/jobs/nope"), ("GET", "/no/such/route"), ("PATCH", "/tasks")):
@@ -225,38 +234,46 @@ def test_other_errors_have_the_error_shape(client):
 # -- OpenAPI -------------------------------------------------------------------------
 
 EXPECTED = {  # (method, path) -> error statuses it must document
-    ("post", "/tasks"): {401, 409, 413, 422, 429, 503},
+    ("post", "/tasks"): {401, 408, 409, 413, 422, 429, 503},
     ("get", "/tasks"): {401, 422, 503},
     ("get", "/tasks/{task_id}"): {401, 404, 503},
     ("get", "/tasks/{task_id}/curve"): {401, 404, 503},
     ("get", "/tasks/{task_id}/records"): {401, 404, 422, 503},
     ("get", "/tasks/{task_id}/best"): {401, 404, 409, 503},
     ("get", "/tasks/{task_id}/artifact"): {401, 404, 409, 422, 503},
-    ("post", "/tasks/{task_id}/resume"): {401, 404, 409, 413, 422, 429, 503},
+    ("post", "/tasks/{task_id}/resume"): {401, 404, 408, 409, 413, 422, 429, 503},
     ("get", "/jobs/{job_id}"): {401, 404, 503},
     ("get", "/jobs/{job_id}/logs"): {401, 404, 503},
     ("delete", "/jobs/{job_id}"): {401, 404, 409, 503},
     ("get", "/healthz"): {503},
     ("get", "/metrics"): {503},
-    ("post", "/models"): {401, 409, 413, 422, 429, 503},
+    ("post", "/models"): {401, 408, 409, 413, 422, 429, 503},
     ("get", "/models/{model_id}"): {401, 404, 503},
     ("get", "/models/{model_id}/best"): {401, 404, 409, 503},
     ("get", "/models/{model_id}/artifact"): {401, 404, 409, 503},
 }
 
 
-def test_openapi_lists_every_error_status_with_its_schema(tmp_path):
-    doc = TestClient(create_app(Settings(redis_url="redis://127.0.0.1:1", data_dir=str(tmp_path)))).get(
-        "/openapi.json").json()
+@pytest.mark.parametrize("token", [TOKEN, None], ids=["auth on", "auth off"])
+def test_openapi_lists_every_error_status_with_its_schema(tmp_path, token):
+    """What the document says is what the service does: the bearer scheme and the 401s only with
+    a token configured, and at most ``max_job_trials`` trials (the library allows 100000)."""
+    settings = Settings(redis_url="redis://127.0.0.1:1", data_dir=str(tmp_path), api_token=token,
+                        max_job_trials=5000)
+    doc = TestClient(create_app(settings)).get("/openapi.json").json()
     schemas = doc["components"]["schemas"]
     assert {"ErrorBody", "ValidationErrorBody", "ValidationIssue"} <= set(schemas)
+    assert schemas["TuningOptions"]["properties"]["num_measure_trials"]["maximum"] == 5000
     ops = {(m, p): op for p, item in doc["paths"].items() for m, op in item.items()}
     assert set(EXPECTED) <= set(ops)
+    assert ("securitySchemes" in doc["components"]) == bool(token)
+    assert any("security" in op for op in ops.values()) == bool(token)
     for key, op in ops.items():
         codes = {int(c) for c in op["responses"] if c != "default"}
-        assert EXPECTED.get(key, set()) <= codes, (key, sorted(codes))
+        expected = EXPECTED.get(key, set()) - (set() if token else {401})
+        assert expected <= codes, (key, sorted(codes))
         claimed = codes - {200, 201, 422}  # FastAPI lists 422 for every route with parameters
-        assert claimed <= EXPECTED.get(key, set()), ("claims statuses it never answers", key, sorted(claimed))
+        assert claimed <= expected, ("claims statuses it never answers", key, sorted(claimed))
         for code in codes - {200, 201}:
             ref = op["responses"][str(code)]["content"]["application/json"]["schema"]["$ref"]
             want = "ValidationErrorBody" if code == 422 else "ErrorBody"
@@ -313,3 +330,56 @@ def test_slow_dag_validation_does_not_block_the_event_loop(redis_url, monkeypatc
     assert results["r"].status_code == 201, results["r"].text
     assert slow < 1.0, f"/healthz took {slow:.2f} s while a DAG was validated"
     assert blocked > 1.0, f"control: /healthz took only {blocked:.2f} s behind a blocking async route"
+
+
+def test_a_token_in_the_query_never_reaches_the_access_log(tmp_path):
+    """The dashboard takes ``?token=``; uvicorn's access log writes each path with its query."""
+    import logging
+
+    create_app(Settings(redis_url="redis://127.0.0.1:1", data_dir=str(tmp_path), api_token=TOKEN))
+    seen: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    access = logging.getLogger("uvicorn.access")
+    handler, level = Keep(), access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:  # uvicorn's own call: '%s - "%s %s HTTP/%s" %d'
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET", f"/dashboard?token={TOKEN}&task=t1",
+                    "1.1", 200)
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)
+    assert seen == ['127.0.0.1:5000 - "GET /dashboard?token=[redacted]&task=t1 HTTP/1.1" 200']
+
+
+def test_a_body_that_stalls_is_a_408(tmp_path):
+    """A client that sends half its body and stops gets a 408 after body_read_timeout_s (uvicorn
+    itself has no deadline for a body)."""
+    import asyncio
+
+    app = create_app(Settings(redis_url="redis://127.0.0.1:1", data_dir=str(tmp_path), body_read_timeout_s=0.3))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/tasks", "raw_path": b"/tasks", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+             "client": ("127.0.0.1", 5), "server": ("test", 80)}
+
+    async def run(messages: list) -> list:
+        sent: list = []
+
+        async def receive():
+            if messages:
+                return messages.pop(0)
+            await asyncio.sleep(3600)  # the client stalls
+        async def send(message):
+            sent.append(message)
+        await asyncio.wait_for(app(scope, receive, send), 10)
+        return sent
+
+    t0 = time.monotonic()
+    sent = asyncio.run(run([{"type": "http.request", "body": b'{"dag": ', "more_body": True}]))
+    assert sent[0]["status"] == 408 and time.monotonic() - t0 < 5
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert body["error"] == "RequestTimeout" and "body_read_timeout_s=0.3" in body["detail"]

@@ -76,6 +76,11 @@ def test_other_422s(client):
     assert r.status_code == 422 and "CPU" in r.json()["detail"]
     r = client.post("/models", json=payload(measure="queue"))   # no measurement worker listens
     assert r.status_code == 503 and "measure:llvm:" in r.json()["detail"]
+    # the request's own error first: an invalid graph is a 422 even when no worker listens
+    bad = _edited(lambda p: p["graph"]["outputs"].__setitem__(0, "ghost"))
+    bad["tuning"] = payload(measure="queue")["tuning"]
+    r = client.post("/models", json=bad)
+    assert r.status_code == 422 and r.json()["path"] == "graph.outputs[0]", r.text
     r = client.post("/models", json={**payload(), "weights": {}})   # unknown field
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "weights"]
     r = client.post("/models", json=payload(trials=10**6))

@@ -15,7 +15,8 @@ import scheduler_core as sc
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.schedule.loop_state import State
 
-HEADERS = "#include <stdint.h>\n#include <stdlib.h>\n#include <sys/resource.h>\n"
+HEADERS = ("#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
+           "#include <sys/resource.h>\n")
 
 
 def compile_matmul_stand_ins(dag: ComputeDAG, bodies: dict, out: Path) -> dict:

@@ -75,3 +75,55 @@ def test_queue_job_without_listener_ends_failed_and_is_not_retried(conn, monkeyp
     assert job.state == "failed" and "NoMeasurementWorker" in job.error and "measure:llvm:" in job.error
     assert "\n" not in job.error and "Traceback" not in job.error
     assert Job.fetch(rq_job.id, connection=conn, serializer=JSONSerializer).get_status() == "finished"
+
+
+def test_a_job_that_rq_retries_waits_queued_and_never_shows_failed(conn, monkeypatch):
+    """A failure that a re-run may not repeat (here a RuntimeError on the first run) puts the job
+    back to queued with the error, and RQ's retry finishes it: no failed -> running -> failed."""
+    from workers import jobs
+
+    states: list = []
+    set_state = RedisStore.set_job_state
+
+    def spy(self, job_id, state, error=""):
+        states.append((str(getattr(state, "value", state)), error))
+        return set_state(self, job_id, state, error)
+    monkeypatch.setattr(RedisStore, "set_job_state", spy)
+    search = jobs.search_job
+    calls = []
+
+    def flaky(*args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the worker lost its build directory")
+        return search(*args, **kw)
+    monkeypatch.setattr(jobs, "search_job", flaky)
+    store = RedisStore(conn)
+    task_id, _ = store.create_task(ComputeDAG(matmul_add(8, 8, 8)).to_json(), "llvm", TUNING)
+    job_id = store.create_job(task_id, 2)
+    enqueue_tune(conn, task_id, job_id, 2)  # Retry(max=2) by default
+    _work(conn)
+    assert [s for s, _ in states] == ["running", "queued", "running", "finished"], states
+    assert "RuntimeError: the worker lost its build directory" in states[1][1]
+    job = store.get_job(job_id)
+    assert job.state == "finished" and job.error == "" and job.trials_done == 2
+
+
+def test_a_chain_of_254_elementwise_ops_tunes(conn):
+    """Under max_dag_ops, a chain of 254 element-wise ops once hit RecursionError (the search
+    inlined all of them into one expression 500 levels deep) and RQ retried it three times; the
+    inline rule now stops at MAX_INLINED_DEPTH, so the chain is computed in pieces and tunes."""
+    from scheduler_core import te
+
+    A = te.placeholder((16,), name="A")
+    t = A
+    for k in range(253):
+        t = te.compute((16,), lambda i, t=t: t[i] + te.const(1.0, "float32"), name=f"C{k}")
+    store = RedisStore(conn)
+    task_id, _ = store.create_task(ComputeDAG([A, t]).to_json(), "llvm", TUNING)
+    job_id = store.create_job(task_id, 2)
+    enqueue_tune(conn, task_id, job_id, 2)
+    _work(conn)
+    job = store.get_job(job_id)
+    assert job.state == "finished", job.error
+    assert job.trials_done == 2 and job.best_cost_s is not None

@@ -345,3 +345,55 @@ def test_every_known_workload_still_decodes():
         text = f.read_text()
         dag = ComputeDAG.from_json(text)
         assert ComputeDAG.from_json(dag.to_json()).to_json() == dag.to_json(), f.name
+
+
+# ---------------------------------------------------------------------------
+# 6. limits that once failed a job instead of the request
+# ---------------------------------------------------------------------------
+
+def test_a_name_over_256_characters_is_rejected():
+    obj = payload()
+    obj["ops"][0]["name"] = "A" * 100_000  # once failed every build with COMPILE_HOST
+    rejected(obj, "ops[0].name", "1 to 256 characters, this one has 100000")
+    obj = payload()
+    obj["vars"][0]["name"] = ""
+    rejected(obj, "vars[0].name", "1 to 256 characters")
+    obj = payload()
+    obj["ops"][0]["name"] = "A" * 256
+    assert ComputeDAG.from_json(obj).tensors[0].op.name == "A" * 256
+
+
+def test_a_flop_attr_out_of_range_is_rejected():
+    obj = payload()
+    obj["ops"][2]["attrs"]["FLOP"] = 10**400  # once an OverflowError in flop_ct
+    rejected(obj, "ops[2].attrs.FLOP", "FLOP must be an integer in")
+    obj["ops"][2]["attrs"]["FLOP"] = -1
+    rejected(obj, "ops[2].attrs.FLOP", "got -1")
+    obj["ops"][2]["attrs"]["FLOP"] = 1000
+    assert ComputeDAG.from_json(obj).flop_ct >= 1000
+
+
+def test_an_argument_listed_twice_is_rejected():
+    obj = payload()
+    obj["tensors"].append(obj["tensors"][-1])  # the output twice: once a WRONG_ANSWER
+    n = len(obj["tensors"]) - 1
+    rejected(obj, f"tensors[{n}]", f"listed twice in tensors \\(tensors\\[{n - 1}\\] and tensors\\[{n}\\]\\)")
+
+
+def test_an_integer_div_is_floordiv_as_in_the_reference_evaluator():
+    """``div`` on integers rounds toward minus infinity everywhere: the decoder reads it as floordiv
+    (the validator once truncated where the reference evaluator floored)."""
+    import numpy as np
+
+    from scheduler_core.dag.reference import evaluate
+
+    i = {"kind": "var", "id": 0}
+    body = {"kind": "cast", "dtype": "float32",
+            "value": binary("div", binary("sub", i, 5), 2)}
+    obj = {"format": "autosched.compute_dag", "version": 1, "vars": [{"name": "i", "dtype": "int32"}],
+           "ops": [{"kind": "compute", "name": "D", "shape": [8], "axis": [0], "body": body, "attrs": {}, "tag": ""}],
+           "tensors": [[0, 0]]}
+    dag = ComputeDAG.from_json(obj)
+    assert '"floordiv"' in dag.to_json() and '"div"' not in dag.to_json()
+    out = evaluate(dag, [])
+    np.testing.assert_array_equal(out[0], np.floor((np.arange(8) - 5) / 2).astype("float32"))

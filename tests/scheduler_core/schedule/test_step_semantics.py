@@ -228,3 +228,35 @@ def test_two_cache_writes_of_one_stage_get_unique_names():
     assert [st.name for st in state.stages] == ["A", "B", "matmul.local", "matmul.d.local", "matmul"]
     code = state_to_python(state)
     assert 'matmul_d_local = s.cache_write(matmul, "local")' in code
+
+
+def test_inlining_stops_where_the_expression_would_grow_too_deep():
+    """A chain of element-wise stages inlines until the expression it builds would pass
+    MAX_INLINED_DEPTH (the walks over expressions recurse); the stages left at root split the
+    chain into pieces, and the program still matches numpy."""
+    from scheduler_core import te
+    from scheduler_core.dag.compute_dag import ComputeDAG
+    from scheduler_core.schedule.dataflow_step import MAX_INLINED_DEPTH, inlined_depth
+    from scheduler_core.schedule.loop_state import State
+
+    n = 120
+    A = te.placeholder((16,), name="A")
+    t = A
+    for k in range(n):
+        t = te.compute((16,), lambda i, t=t: t[i] * te.const(0.5, "float32") + te.const(1.0, "float32"),
+                       name=f"C{k}")
+    dag = ComputeDAG([A, t])
+    state, refused = State.from_dag(dag), []
+    for sid in range(n, 0, -1):  # as the sketch rule goes: from the output's producer back
+        if sid == n:
+            continue  # the output
+        try:
+            state = ComputeInlineStep(sid).apply(state)
+        except ScheduleError as e:
+            assert "levels deep (limit" in str(e)
+            refused.append(sid)
+    assert refused and all(inlined_depth(state, s) > MAX_INLINED_DEPTH for s in refused)
+    roots = [s for s in range(1, n + 1) if state.stages[s].compute_at == "root"]
+    assert 2 <= len(roots) <= n // 10  # pieces of about MAX_INLINED_DEPTH / 4 stages
+    x = np.random.default_rng(0).standard_normal(16).astype("float32")
+    check_state(dag, state, [x], reference.evaluate(dag, [x]))

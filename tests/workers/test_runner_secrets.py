@@ -1,0 +1,106 @@
+"""A measured program cannot read the API token: not in its own environment (the runner's
+children are scrubbed), not in its parents' (``worker_env`` scrubs the workers; ``autosched
+serve``, the API and the RQ workers are non-dumpable, so ``/proc/<pid>/environ`` is closed to
+the programs they measure).
+
+    parent (AUTOSCHED_API_TOKEN in its environment at exec, as ``autosched serve``)
+      -> child with worker_env() (as an RQ worker) running a LocalRunner
+        -> the runner's worker process, where the measured program runs and walks up its
+           parents' /proc/<pid>/environ looking for the token
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scheduler_core.dag.compute_dag import ComputeDAG
+from tests.scheduler_core.c_programs import compile_matmul_stand_ins
+from tests.workloads import matmul
+
+N = 16
+TOKEN = "s3cret-api-token"
+# returns 30 + k when the environ of its k-th parent holds the token, 0 when none does
+_PARENTS = r"""
+pid_t p = getppid();
+char path[64], buf[1 << 16];
+for (int k = 0; k < 4 && p > 1; ++k) {
+  snprintf(path, sizeof path, "/proc/%d/environ", (int)p);
+  FILE* f = fopen(path, "r");
+  if (f) {
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    for (size_t j = 0; j + 20 <= n; ++j) if (!memcmp(buf + j, "AUTOSCHED_API_TOKEN=", 20)) return 30 + k;
+  }
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+  f = fopen(path, "r");
+  if (!f) break;
+  int self, parent; char comm[256], state;
+  int got = fscanf(f, "%d %255s %c %d", &self, comm, &state, &parent);
+  fclose(f);
+  if (got != 4) break;
+  p = parent;
+}
+return 0;
+"""
+
+_CHILD = """
+import json, sys
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.measure.data import BuildResult, MeasureInput
+from scheduler_core.measure.local_runner import LocalRunner
+from scheduler_core.schedule.loop_state import State
+from tests.workloads import matmul
+dag = ComputeDAG(matmul(N, N, N))
+inp = MeasureInput(Task.create(dag, "llvm"), State.from_dag(dag))
+with LocalRunner(timeout_s=20, number=1, repeat=1, min_repeat_ms=0) as runner:
+    (res,) = runner.run([inp], [BuildResult(sys.argv[1], tuple(dag.tensors), 0, "", 0.0)])
+print(json.dumps({"error_no": int(res.error_no), "error_msg": str(res.error_msg)}))
+""".replace("N, N, N", f"{N}, {N}, {N}")
+
+_DIRECT = """
+import ctypes, json, sys
+print(json.dumps({"returned": ctypes.CDLL(sys.argv[1]).default_function(None, None, None)}))
+"""
+
+_PARENT = """
+import subprocess, sys
+from workers.processes import make_non_dumpable, worker_env
+if sys.argv[2] == "protected":
+    assert make_non_dumpable()
+out = subprocess.run([sys.executable, "-c", sys.argv[3], sys.argv[1]], env=worker_env(), capture_output=True,
+                     text=True, timeout=120)
+sys.stdout.write(out.stdout)
+sys.stderr.write(out.stderr)
+"""
+
+
+@pytest.fixture(scope="module")
+def parents_lib(tmp_path_factory) -> str:
+    return compile_matmul_stand_ins(ComputeDAG(matmul(N, N, N)), {"parents": _PARENTS},
+                                    tmp_path_factory.mktemp("secrets"))["parents"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+@pytest.mark.parametrize("mode", ["protected", "control"])
+def test_a_measured_program_cannot_read_the_token_of_its_parents(parents_lib, mode):
+    """protected: serve's way (non-dumpable, the runner below; as root the runner's worker also has
+    no capabilities): the program finds no token.  control: the same code called in a plain child
+    of an unprotected parent finds it one level up, so the check is real."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "AUTOSCHED_API_TOKEN": TOKEN, "PYTHONPATH": str(root)}
+    child = _CHILD if mode == "protected" else _DIRECT
+    out = subprocess.run([sys.executable, "-c", _PARENT, parents_lib, mode, child], env=env, cwd=root,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    if mode == "protected":
+        assert res["error_no"] == 0, res
+    else:
+        assert res["returned"] == 30, res
