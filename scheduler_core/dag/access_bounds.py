@@ -49,11 +49,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_core.arith.int_set import Interval, interval, range_interval
+from scheduler_core.arith.int_set import Interval, const_range, interval, range_interval
 from scheduler_core.arith.linear_form import linear_form, signature
 from scheduler_core.base.errors import InvalidWorkloadError
 from scheduler_core.ir.expr import (
     BinaryOp,
+    Call,
     CmpOp,
     Expr,
     LogicalOp,
@@ -239,16 +240,55 @@ def _check_load(op: ComputeOp, load: TensorLoad, ctx: _Ctx, path: str) -> None:
         dim = _const(dim_e)
         if dim is None or depth(idx) > MAX_INDEX_DEPTH:
             continue
-        b = _bounds(interval(idx, ctx.env))
-        if b is None:
-            continue
-        lo, hi = _affine_clip(idx, ctx, b)
-        if lo > hi:
-            continue  # the affine bounds leave no value: this read never happens
-        if lo < 0 or hi > dim - 1:
+        # an if_then_else index: each branch under its condition (as a select around loads)
+        parts = [(idx, ctx)]
+        while parts:
+            part, pctx = parts.pop()
+            if isinstance(part, Select):
+                for value, positive in ((part.true_value, True), (part.false_value, False)):
+                    inner = _narrow(pctx, part.cond, positive)
+                    if inner is not None:
+                        parts.append((value, inner))
+                continue
+            _check_index(op, load, d, part, dim, pctx, path)
+
+
+def _check_index(op: ComputeOp, load: TensorLoad, d: int, idx: Expr, dim: int, ctx: _Ctx, path: str) -> None:
+    """Raise unless ``idx`` (index ``d`` of ``load``, or a branch of it) stays in ``0 .. dim-1``
+    over ``ctx``; an index the check cannot bound passes only when it may be data-dependent or
+    symbolic (:func:`_unmodelled`)."""
+    b = _bounds(interval(idx, ctx.env))
+    if b is None:  # constant bounds: casts, floormod by a negative divisor, products
+        fast = const_range(idx, ctx.env)
+        b = None if fast is None else (int(fast[0]), int(fast[1]))
+    if b is None:
+        unknown = _unmodelled(idx, ctx.env)
+        if unknown is not None:
             raise InvalidWorkloadError(
-                f"op {op.name} reads {expr_str(load)}: index {d} ranges over [{lo}, {hi}] "
-                f"but {t.name} has {dim} elements along dimension {d}", path)
+                f"op {op.name} reads {expr_str(load)}: index {d} cannot be proved inside "
+                f"[0, {dim - 1}]: {unknown} is not modelled by the bounds check", path)
+        return
+    lo, hi = _affine_clip(idx, ctx, b)
+    if lo > hi:
+        return  # the affine bounds leave no value: this read never happens
+    if lo < 0 or hi > dim - 1:
+        raise InvalidWorkloadError(
+            f"op {op.name} reads {expr_str(load)}: index {d} ranges over [{lo}, {hi}] "
+            f"but {load.tensor.name} has {dim} elements along dimension {d}", path)
+
+
+def _unmodelled(idx: Expr, env: dict) -> str | None:
+    """What keeps an index of loop variables only from being bounded (a call such as ``abs`` or
+    ``floor``, ``pow``, a float): its text, or None when the index may legitimately stay unproved
+    (it reads a tensor, a gather checked at run time, or uses a symbolic size)."""
+    culprit = None
+    for n in walk(idx):
+        if isinstance(n, TensorLoad) or (isinstance(n, Var) and n not in env):
+            return None
+        if culprit is None and (isinstance(n, Call) or (isinstance(n, BinaryOp) and n.op == "pow")
+                                or not is_int(n.dtype)):
+            culprit = expr_str(n)
+    return culprit
 
 
 def _affine_clip(idx: Expr, ctx: _Ctx, b: tuple[int, int]) -> tuple[int, int]:

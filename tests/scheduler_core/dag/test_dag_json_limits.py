@@ -397,3 +397,46 @@ def test_an_integer_div_is_floordiv_as_in_the_reference_evaluator():
     assert '"floordiv"' in dag.to_json() and '"div"' not in dag.to_json()
     out = evaluate(dag, [])
     np.testing.assert_array_equal(out[0], np.floor((np.arange(8) - 5) / 2).astype("float32"))
+
+
+def _read_a_at(index) -> dict:
+    """B[i] = A[index(i)] with A of 200 elements and i in 0..199."""
+    i = var(0)
+    return {"format": "autosched.compute_dag", "version": 1, "vars": [{"name": "i", "dtype": "int32"}],
+            "ops": [{"kind": "placeholder", "name": "A", "shape": [200], "dtype": "float32"},
+                    {"kind": "compute", "name": "B", "shape": [200], "axis": [0], "attrs": {}, "tag": "",
+                     "body": {"kind": "load", "tensor": [0, 0], "indices": [index(i)], "dtype": "float32"}}],
+            "tensors": [[0, 0], [1, 0]]}
+
+
+def _cast(v, dtype: str) -> dict:
+    return {"kind": "cast", "value": v, "dtype": dtype}
+
+
+OUT_OF_BOUNDS_INDICES = {  # the forms a hostile user got past the checker, each reading outside A
+    "narrowing int8": (lambda i: _cast(_cast(binary("add", i, 100), "int8"), "int32"), "ranges over \\[-128, 127\\]"),
+    "narrowing int16": (lambda i: _cast(_cast(binary("add", i, 32760), "int16"), "int32"), "ranges over"),
+    "floormod by a negative divisor": (lambda i: binary("floormod", i, -64), "ranges over \\[-63, 0\\]"),
+    "select": (lambda i: {"kind": "select", "cond": {"kind": "cmp", "op": "lt", "a": i, "b": 32},
+                          "true_value": i, "false_value": binary("add", i, 1000), "dtype": "int32"},
+               "ranges over \\[1032, 1199\\]"),
+    "abs": (lambda i: {"kind": "call", "name": "abs", "args": [binary("sub", i, 100)], "dtype": "int32"},
+            "abs\\(\\(i - 100\\)\\) is not modelled"),
+    "pow": (lambda i: binary("pow", i, 2), "pow\\(i, 2\\) is not modelled"),
+    "float floor": (lambda i: _cast({"kind": "call", "name": "floor", "dtype": "float32", "args": [
+        {"kind": "binary", "op": "mul", "a": _cast(i, "float32"),
+         "b": {"kind": "float", "value": 2.0, "dtype": "float32"}, "dtype": "float32"}]}, "int32"), "is not modelled"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_OF_BOUNDS_INDICES))
+def test_index_forms_that_once_passed_the_bounds_check_are_rejected(name):
+    index, match = OUT_OF_BOUNDS_INDICES[name]
+    rejected(_read_a_at(index), "ops[1]", match)
+
+
+def test_an_index_of_a_call_with_constant_bounds_still_passes():
+    """min/max and a select whose branches both stay inside are proved, not rejected."""
+    ComputeDAG.from_json(_read_a_at(lambda i: binary("min", binary("add", i, 5), 199)))
+    ComputeDAG.from_json(_read_a_at(lambda i: {"kind": "select", "cond": {"kind": "cmp", "op": "lt", "a": i, "b": 32},
+                                               "true_value": i, "false_value": binary("sub", i, 1), "dtype": "int32"}))
