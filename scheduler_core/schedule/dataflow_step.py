@@ -9,6 +9,7 @@ the function argument the user passed.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 
 from scheduler_core.base.errors import ScheduleError, check
@@ -115,6 +116,20 @@ def cache_stage_name(state: State, name: str, scope: str) -> str:
 MAX_INLINED_DEPTH = 96  # deepest expression an inline may build (a chain of elementwise stages)
 
 
+_OP_SHAPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> (body depth, input ops)
+
+
+def _op_shape(op) -> tuple:
+    """(depth of the op's deepest body (1 for a non-compute op), the ops it reads), cached per op:
+    ops are immutable and the search replays the same ones in every state."""
+    hit = _OP_SHAPES.get(op)
+    if hit is None:
+        own = max(depth(b) for b in op.bodies) if isinstance(op, ComputeOp) else 1
+        hit = (own, tuple(t.op for t in op.input_tensors()))
+        _OP_SHAPES[op] = hit
+    return hit
+
+
 def inlined_depth(state: State, stage_id: int) -> int:
     """The depth of the deepest expression that inlining ``stage_id`` would build: over the stages
     it would be inlined into (its readers, through stages already inlined), the depth of each
@@ -124,18 +139,20 @@ def inlined_depth(state: State, stage_id: int) -> int:
     index = {id(s.op): k for k, s in enumerate(stages)}
     reads: list = []
     readers: dict = {}
+    owns: list = []
     for k, s in enumerate(stages):
-        ids = sorted({index[id(t.op)] for t in s.op.input_tensors() if id(t.op) in index})
+        own, inputs = _op_shape(s.op)
+        ids = sorted({index[id(t)] for t in inputs if id(t) in index})
         reads.append(ids)
+        owns.append(own)
         for q in ids:
             readers.setdefault(q, []).append(k)
 
     def inlined(k: int) -> bool:
         return k == stage_id or stages[k].compute_at == "inlined"
     up = [0] * len(stages)  # a stage's expression with its inlined producers substituted
-    for k, s in enumerate(stages):  # stages are in topological order
-        own = max(depth(b) for b in s.op.bodies) if isinstance(s.op, ComputeOp) else 1
-        up[k] = own + max((up[q] for q in reads[k] if inlined(q)), default=0)
+    for k in range(len(stages)):  # stages are in topological order
+        up[k] = owns[k] + max((up[q] for q in reads[k] if inlined(q)), default=0)
     deepest, stack, seen = 0, [stage_id], {stage_id}
     while stack:
         for r in readers.get(stack.pop(), ()):
