@@ -37,6 +37,7 @@ from scheduler_core.ir.expr import (
     BinaryOp,
     BufferLoad,
     Call,
+    CheckedIndex,
     CmpOp,
     FloatImm,
     IntImm,
@@ -154,6 +155,8 @@ def _scan_value(value) -> tuple:
             c[15] += 1
         elif t is Call:
             c[5 if is_float(n.dtype) else 12] += 1
+        elif t is CheckedIndex:  # an unsigned compare and a select, as an int comparison
+            c[11] += 1
         elif t is IntImm or t is FloatImm or t is Var:
             continue
         stack.extend(reversed(children(n)))

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from scheduler_core.ir.expr import (
     BinaryOp,
     Cast,
+    CheckedIndex,
     CmpOp,
     Expr,
     IntImm,
@@ -119,6 +120,9 @@ class _Bounder:
             return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
         if isinstance(e, Cast):
             return self._cast(e)
+        if isinstance(e, CheckedIndex):  # clamped to [0, extent) at run time
+            n = self.bound(e.extent)
+            return None if n is None or n[1] < 1 else (0, n[1] - 1)
         if isinstance(e, BinaryOp) and not is_float(e.dtype) and e.op in _BINARY:
             a = self.bound(e.a)
             b = None if a is None else self.bound(e.b)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from scheduler_core.ir.expr import BinaryOp, Cast, Expr, FloatImm, IntImm, Var, as_expr, is_float
+from scheduler_core.ir.expr import BinaryOp, Cast, CheckedIndex, Expr, FloatImm, IntImm, Var, as_expr, is_float
 from scheduler_core.ir.expr_functor import walk
 from scheduler_core.ir.simplify import const_value, simplify
 
@@ -160,6 +160,8 @@ def interval(e: Expr, env: dict) -> Interval | None:
         return point(e) if r is _ABSENT else r
     if isinstance(e, Cast):
         return _cast(e, env)
+    if isinstance(e, CheckedIndex):  # clamped to [0, extent) at run time
+        return Interval(IntImm(0), e.extent)
     if isinstance(e, (FloatImm,)):
         return None
     if not isinstance(e, BinaryOp):

@@ -50,6 +50,31 @@ class DeviceRuntimeError(SchedulerCoreError, RuntimeError):
     """A compiled function failed while running (nonzero return), or its device is unusable."""
 
 
+class IndexOutOfBoundsError(DeviceRuntimeError, IndexError):
+    """A compiled CPU function read a tensor at an index taken from the data (a gather, e.g. an
+    embedding lookup) that was outside the tensor.  The read was clamped to element 0, so no
+    memory outside the buffers was touched, and the outputs are not valid."""
+
+
+# Return codes of a generated CPU function: bits, OR-ed over the chunks of parallel loops.
+HEAP_ALLOCATION_FAILED = 1
+INDEX_OUT_OF_BOUNDS = 2
+
+
+def check_return_code(name: str, code: int) -> None:
+    """Raise for a nonzero return ``code`` of the generated function ``name``:
+    :class:`IndexOutOfBoundsError` when its :data:`INDEX_OUT_OF_BOUNDS` bit is set, else
+    :class:`DeviceRuntimeError` (a failed heap allocation, or an unknown code)."""
+    if code == 0:
+        return
+    if code & INDEX_OUT_OF_BOUNDS:
+        raise IndexOutOfBoundsError(
+            f"{name} returned {code}: INDEX_OUT_OF_BOUNDS: an index read from a tensor (a gather) was "
+            f"outside the tensor it indexes; the read was clamped, the outputs are not valid")
+    what = "a heap allocation failed" if code == HEAP_ALLOCATION_FAILED else "nonzero means failure"
+    raise DeviceRuntimeError(f"{name} returned {code} ({what})")
+
+
 class RecordFormatError(SchedulerCoreError, ValueError):
     """A measurement record (one line of a record file) is malformed or of an unknown version.
 

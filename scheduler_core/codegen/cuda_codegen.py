@@ -318,6 +318,9 @@ def cuda_source(func: T.PrimFunc, target=None) -> str:
             head.append(f"// floor division / modulo ({'int' if group == 'i32' else 'long long'}): "
                         f"CUDA's / and % truncate towards zero")
             head.append(FLOOR_HELPERS[group])
+    if "checked" in helpers:
+        head.append("// checked_index: a gathered index outside its tensor stops the kernel (__trap)")
+        head.append(FLOOR_HELPERS["checked"])
     return "\n".join(head) + "\n\n" + "\n\n".join(bodies) + "\n"
 
 

@@ -30,7 +30,9 @@ __all__ = ["CudaExprPrinter", "FLOOR_HELPERS"]
 
 C_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 C_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-# C text of the floor division / modulo helpers, per group ("i32": int, "i64": long long).
+# C text of the helpers, per group: floor division / modulo ("i32": int, "i64": long long), and
+# "checked": a gathered index (CheckedIndex) outside [0, n) stops the kernel with __trap()
+# (a launch error the host sees) instead of reading outside the buffer.
 FLOOR_HELPERS = {
     "i32": """\
 __host__ __device__ __forceinline__ int floordiv_i32(int a, int b) {
@@ -51,6 +53,11 @@ __host__ __device__ __forceinline__ long long floordiv_i64(long long a, long lon
 __host__ __device__ __forceinline__ long long floormod_i64(long long a, long long b) {
   long long r = a % b;
   return (r != 0 && ((r ^ b) < 0)) ? r + b : r;
+}""",
+    "checked": """\
+__device__ __forceinline__ long long checked_index(long long v, long long n) {
+  if ((unsigned long long)v >= (unsigned long long)n) __trap();
+  return v;
 }""",
 }
 
@@ -309,6 +316,13 @@ class CudaExprPrinter:
         if name not in CUDA_MATH:
             raise BuildError(f"unknown intrinsic {name!r}")
         return self.fcall(CUDA_MATH[name], args, e.dtype, fast=CUDA_FAST_MATH.get(name))
+
+    def _e_CheckedIndex(self, e: E.CheckedIndex) -> str:
+        if self.lanes(e) > 1:
+            return self._vector_error(e)
+        self.helpers.add("checked")
+        text = f"checked_index({self._widened(e.value)}, {self._widened(e.extent)})"
+        return text if self.wide(e) else f"(({c_type(e.dtype)}){text})"
 
     def _e_BufferLoad(self, e: E.BufferLoad) -> str:
         if e.lanes > 1 or self.lanes(e.index) > 1:

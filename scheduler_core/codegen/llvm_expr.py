@@ -265,6 +265,26 @@ class ExprEmitter(IntrinsicEmitter):
             return bld.sext(v, to) if L.is_signed(src) else bld.zext(v, to)
         return v
 
+    def _e_CheckedIndex(self, e: E.CheckedIndex):
+        """``value`` where ``0 <= value < extent`` (one unsigned compare), else 0, with the
+        lanes out of range (and not masked off) noted for the function's return code."""
+        bld = self.builder
+        v, n = self._match(self.index(e.value), self.index(e.extent))
+        ok = bld.icmp_unsigned("<", v, n)
+        bad = bld.not_(ok)
+        if self.mask is not None and L.lanes_of(self.mask) == L.lanes_of(bad):
+            bad = bld.and_(bad, self.mask)
+        self.note_out_of_bounds(bad)
+        out = bld.select(ok, v, ir.Constant(v.type, None))
+        if e.dtype == "int64":
+            return out
+        return bld.trunc(out, L.reg_type(e.dtype, L.lanes_of(out)))
+
+    def note_out_of_bounds(self, bad) -> None:
+        """Record that ``bad`` (i1 or a vector of i1) lanes were out of range (the statement
+        emitter keeps a flag per function)."""
+        raise BuildError("a CheckedIndex needs a function to report to")
+
     # -- select ----------------------------------------------------------------
     def _e_Select(self, e: E.Select):
         return self._select(e, self.expr)

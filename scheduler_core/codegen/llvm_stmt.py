@@ -7,7 +7,11 @@ Loops count in ``i64`` (``for_header`` with a phi, ``for_body``, ``for_end``);
 BuildError.  ``Allocate``: up to 64 KiB of constant size is an ``alloca`` in
 the entry block (align 64); larger or symbolic sizes use ``posix_memalign``
 (align 64) and ``free`` at the end of the body.  A failed allocation frees the
-heap buffers live at that point and returns 1 from the function.
+heap buffers live at that point and returns :data:`HEAP_ALLOCATION_FAILED` from the function.
+A ``CheckedIndex`` out of its range (a gathered index) reads element 0 instead and makes the
+function return :data:`INDEX_OUT_OF_BOUNDS` when it ends (clamp-and-flag: the flag is a
+local of each function, OR-ed over the lanes, so vectorized loops stay vectorized).  Return
+codes are bits: a parallel loop ORs the codes of its chunks into the caller's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from scheduler_core.base.build_config import BuildConfig
-from scheduler_core.base.errors import BuildError
+from scheduler_core.base.errors import HEAP_ALLOCATION_FAILED, INDEX_OUT_OF_BOUNDS, BuildError
 from scheduler_core.base.gpu_spec import GPU_TAGS
 from scheduler_core.ir import expr as E
 from scheduler_core.ir import simplify as ES
@@ -68,12 +72,34 @@ class FunctionEmitter(ExprEmitter):
         self.heap: list = []  # live heap allocations, innermost last
         self.mask = None
         self.in_parallel = in_parallel
+        self.oob_flag = None  # i8 slot: a CheckedIndex was out of range (made on first use)
 
     def finish(self) -> None:
-        """Close the function: entry falls into the body, the body returns 0."""
+        """Close the function: entry falls into the body, the body returns 0, or
+        :data:`INDEX_OUT_OF_BOUNDS` when a checked index was out of range."""
         self.alloca_builder.branch(self.fn.blocks[1])
-        if not self.builder.block.is_terminated:
-            self.builder.ret(ir.Constant(L.I32, 0))
+        bld = self.builder
+        if bld.block.is_terminated:
+            return
+        if self.oob_flag is None:
+            bld.ret(ir.Constant(L.I32, 0))
+            return
+        flag = bld.load(self.oob_flag, typ=L.I8, align=1)
+        bad = bld.icmp_unsigned("!=", flag, ir.Constant(L.I8, 0))
+        bld.ret(bld.select(bad, ir.Constant(L.I32, INDEX_OUT_OF_BOUNDS), ir.Constant(L.I32, 0)))
+
+    def note_out_of_bounds(self, bad) -> None:
+        """OR ``bad`` (i1, or a vector of i1: any lane) into this function's out-of-bounds flag."""
+        bld = self.builder
+        if self.oob_flag is None:
+            self.oob_flag = self.entry_alloca(L.I8, 1)
+            self.alloca_builder.store(ir.Constant(L.I8, 0), self.oob_flag, align=1)
+        lanes = L.lanes_of(bad)
+        if lanes > 1:
+            bad = bld.call(L.declare(self.module, f"llvm.vector.reduce.or.v{lanes}i1", L.I1,
+                                     [ir.VectorType(L.I1, lanes)]), [bad])
+        flag = bld.load(self.oob_flag, typ=L.I8, align=1)
+        bld.store(bld.or_(flag, bld.zext(bad, L.I8)), self.oob_flag, align=1)
 
     # -- scoping --------------------------------------------------------------
     def bind(self, var: E.Var, value):
@@ -97,8 +123,9 @@ class FunctionEmitter(ExprEmitter):
         slot.type = L.PTR  # opaque pointer; accesses name their element type
         return slot
 
-    def fail_if(self, cond) -> None:
-        """Branch out when ``cond`` (i1) holds: free live heap buffers, return 1."""
+    def fail_if(self, cond, code=None) -> None:
+        """Branch out when ``cond`` (i1) holds: free live heap buffers, return ``code`` (an i32
+        value; default :data:`HEAP_ALLOCATION_FAILED`)."""
         bld = self.builder
         fail_bb = bld.append_basic_block("fail")
         ok_bb = bld.append_basic_block("ok")
@@ -107,7 +134,7 @@ class FunctionEmitter(ExprEmitter):
         free = L.declare(self.module, "free", L.VOID, [L.PTR])
         for p in reversed(self.heap):
             bld.call(free, [p])
-        bld.ret(ir.Constant(L.I32, 1))
+        bld.ret(ir.Constant(L.I32, HEAP_ALLOCATION_FAILED) if code is None else code)
         bld.position_at_end(ok_bb)
 
     # -- statements -------------------------------------------------------------

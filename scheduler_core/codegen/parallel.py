@@ -195,7 +195,7 @@ def emit_parallel(em, loop: T.For) -> None:
         per_thread = ir.Constant(L.I32, CHUNKS_PER_THREAD if config.parallel_schedule == "dynamic" else 1)
         bld.call(thread_pool.add_pool(em.module), [chunk_fn, closure, extent, threads, per_thread])
     err = bld.load(_field(bld, closure, closure_t, _ERR), typ=L.I32)
-    em.fail_if(bld.icmp_signed("!=", err, ir.Constant(L.I32, 0)))
+    em.fail_if(bld.icmp_signed("!=", err, ir.Constant(L.I32, 0)), err)  # the chunks' codes, OR-ed
 
 
 def _field(bld, ptr, struct_t, i: int):

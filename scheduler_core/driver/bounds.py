@@ -53,9 +53,11 @@ accesses proved above cost nothing more):
 Known limit: an index whose bound needs integer reasoning beyond the relaxation (a case split
 on a variable) over more than ENUMERATION_LIMIT points is refused although it may be safe.
 
+A gathered axis index is a ``CheckedIndex`` (lowering wraps it; clamped at run time), which
+ranges over ``0 .. extent - 1`` here, so the accesses of gathers are proved like the others.
 Not checked (accepted): a buffer whose size is not a constant (symbolic shapes), and an
-index whose range is not a pair of constants (a loop of symbolic extent, an indirect
-index, a product of loop variables).
+index whose range is not a pair of constants (a loop of symbolic extent, a product of loop
+variables).
 """
 
 from __future__ import annotations

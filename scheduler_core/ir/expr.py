@@ -4,8 +4,8 @@ Reading guide: ``Expr`` carries the Python operators; the leaves are ``IntImm``,
 ``FloatImm`` and ``Var``; the interior nodes are ``BinaryOp`` (arithmetic),
 ``CmpOp``, ``LogicalOp``, ``Not``, ``Select`` (if_then_else), ``Cast``, ``Call``
 (math intrinsics), ``TensorLoad`` (a read of a tensor at index expressions) and
-``Reduce`` (a commutative reduction over reduce axes).  ``Ramp``/``Broadcast``
-and ``BufferLoad`` only appear in lowered loop programs (see ``tir``).
+``Reduce`` (a commutative reduction over reduce axes).  ``Ramp``/``Broadcast``,
+``BufferLoad`` and ``CheckedIndex`` only appear in lowered loop programs (see ``tir``).
 
 Nodes are immutable.  They hash by identity (two ``Var("i")`` are different
 variables); structural comparison is :func:`structural_equal`.  ``a == b`` on
@@ -211,6 +211,26 @@ class Call(Expr):
     name: str
     args: tuple
     dtype: str = "float32"
+
+
+@fast_init
+@dataclass(frozen=True, eq=False, repr=False)
+class CheckedIndex(Expr):
+    """A data-dependent index checked at run time (lowered loop programs only).
+
+    ``value`` (an integer, scalar or vector) where ``0 <= value < extent``; on any other lane
+    it is 0 (an in-bounds element) and the program, when it returns, reports the access as out
+    of bounds (a nonzero return code: ``codegen``'s ``INDEX_OUT_OF_BOUNDS``).  Lowering wraps
+    each axis index of a tensor read that reads another tensor (a gather, e.g. an embedding
+    lookup ``W[ids[i], j]``), the accesses that no static analysis can bound; the clamp keeps
+    the read inside the buffer, the flag turns a bad index into an error instead of a wild
+    read.  Clamp-and-flag, as bounds-checked indexing in safe array languages, with the check
+    hoisted to the axis index so that a vectorized inner axis keeps contiguous loads.
+    """
+
+    value: Expr
+    extent: Expr
+    dtype: str = "int32"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -516,4 +536,6 @@ def expr_str(e) -> str:
         return f"broadcast({expr_str(e.value)}, {e.lanes})"
     if isinstance(e, BufferLoad):
         return f"{e.buffer.name}[{expr_str(e.index)}]"
+    if isinstance(e, CheckedIndex):
+        return f"checked_index({expr_str(e.value)}, {expr_str(e.extent)})"
     return repr(e)

@@ -22,6 +22,7 @@ from .expr import (
     BufferLoad,
     Call,
     Cast,
+    CheckedIndex,
     CmpOp,
     Expr,
     FloatImm,
@@ -65,6 +66,8 @@ def _children_of_node(e: Expr) -> tuple:
         return (e.value,)
     if isinstance(e, BufferLoad):
         return (e.index,)
+    if isinstance(e, CheckedIndex):
+        return (e.value, e.extent)
     return ()
 
 
@@ -83,6 +86,7 @@ _CHILDREN: dict[type, Any] = {
     Ramp: attrgetter("base", "stride"),
     Broadcast: lambda e: (e.value,),
     BufferLoad: lambda e: (e.index,),
+    CheckedIndex: attrgetter("value", "extent"),
 }
 
 
@@ -138,6 +142,8 @@ def _rebuild_node(e: Expr, new_children: tuple) -> Expr:
         return Broadcast(new_children[0], e.lanes, e.dtype)
     if isinstance(e, BufferLoad):
         return BufferLoad(e.buffer, new_children[0], e.dtype, e.lanes)
+    if isinstance(e, CheckedIndex):
+        return CheckedIndex(new_children[0], new_children[1], new_children[0].dtype)
     return e
 
 

@@ -22,6 +22,7 @@ from scheduler_core.dag.tensor import Tensor
 from scheduler_core.ir import tir as T
 from scheduler_core.ir.expr import (
     BufferLoad,
+    CheckedIndex,
     Expr,
     FloatImm,
     IntImm,
@@ -64,6 +65,16 @@ def _has_load(e: Expr) -> bool:
     return any(type(n) is TensorLoad for n in walk(e))
 
 
+def checked_gather(tensor: Tensor, indices: tuple) -> tuple:
+    """``indices`` of a read of ``tensor`` (lowered: reads are BufferLoads) with each axis index
+    that reads a tensor (a gather: the value comes from the data, no analysis can bound it)
+    wrapped in ``CheckedIndex(index, extent of that axis)``: clamped to the axis and reported
+    at run time when out of range (see ``ir.expr.CheckedIndex``)."""
+    return tuple(CheckedIndex(i, as_expr(tensor.shape[d]), i.dtype)
+                 if any(type(n) is BufferLoad for n in walk(i)) else i
+                 for d, i in enumerate(indices))
+
+
 def _has_nested_load(e: Expr) -> bool:
     """Whether a tensor read in ``e`` has a tensor read in its indices."""
     return any(type(n) is TensorLoad and any(_has_load(i) for i in n.indices) for n in walk(e))
@@ -92,7 +103,8 @@ class StmtEmitter:
                 info = p.buffers.get(tensor_key(n.tensor))
                 if info is None:
                     raise LoweringError(f"no buffer for tensor {n.tensor.name}; is it an argument?")
-                idx = tuple(self.lower_expr_plain(i) for i in n.indices) if nested else n.indices
+                idx = checked_gather(n.tensor, tuple(self.lower_expr_plain(i) for i in n.indices)) \
+                    if nested else n.indices
                 return BufferLoad(info.buffer, self.tidy_flat(info.flat_index(idx, p.forms)), n.dtype)
             return None
         return self.tidy(simplify(transform(e, fn)))
@@ -147,7 +159,7 @@ class StmtEmitter:
         def fn(n):
             if isinstance(n, TensorLoad):
                 info = p.buffers[tensor_key(n.tensor)]
-                idx = tuple(self.lower_expr_plain(i) for i in n.indices)
+                idx = checked_gather(n.tensor, tuple(self.lower_expr_plain(i) for i in n.indices))
                 return BufferLoad(info.buffer, info.flat_index(idx, p.forms), n.dtype)
             return None
         return transform(e, fn)

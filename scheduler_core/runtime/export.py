@@ -149,8 +149,9 @@ def header_text(signature, library_name: str = "") -> str:
     for nm in names[len(signature.params):]:
         lines.append(f" *   {nm}: int32 symbolic size")
     lines += [
-        " * Returns 0 on success, nonzero on failure (a failed heap allocation of a temporary;",
-        " * the outputs are then unspecified). */",
+        " * Returns 0 on success, nonzero on failure, as bits: 1 a failed heap allocation of a",
+        " * temporary, 2 an index read from a tensor (a gather) outside the tensor it indexes",
+        " * (the read was clamped to the tensor); the outputs are then unspecified. */",
         f"{prototype};",
         "",
         "/* JSON description of the arguments (name, dtype, shape). */",

@@ -23,6 +23,7 @@ from scheduler_core.base.errors import (
     BuildError,
     DeviceRuntimeError,
     RuntimeArgumentError,
+    check_return_code,
 )
 
 from . import export as _export
@@ -101,9 +102,7 @@ class Module:
         argument, ``DeviceRuntimeError`` when the function returns nonzero.
         """
         pointers, sizes = self.signature.bind(args)
-        code = self._cfunc(*pointers, *sizes)
-        if code != 0:
-            raise DeviceRuntimeError(f"{self.entry_name} returned {code} (nonzero means failure)")
+        check_return_code(self.entry_name, self._cfunc(*pointers, *sizes))
 
     def prebind(self, *args) -> Callable[[], None]:
         """A zero-argument callable that runs the entry on ``args``, checked once, here.
@@ -122,7 +121,7 @@ class Module:
         def call(cargs=cargs, keep=args) -> None:
             code = cfunc(*cargs)
             if code != 0:
-                raise DeviceRuntimeError(f"{name} returned {code} (nonzero means failure)")
+                check_return_code(name, code)
         return call
 
     def time_evaluator(self, func_name: str, dev: Device | str, number: int = 10, repeat: int = 1,

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scheduler_core.base.errors import DeviceRuntimeError
+from scheduler_core.base.errors import check_return_code
 
 CACHE_FLUSH_BYTES = 64 * 1024 * 1024  # larger than the last-level cache of the machines we target
 _GOLDEN_RATIO = 1.618
@@ -105,4 +105,4 @@ def _timed_loop(fn: Callable, call_args: tuple, number: int) -> float:
 
 def _raise_on_failure(code: int) -> None:
     if code != 0:
-        raise DeviceRuntimeError(f"the compiled function returned {code} (nonzero means failure) while being timed")
+        check_return_code("the compiled function (being timed)", code)

@@ -1,0 +1,228 @@
+"""Gathers (an index read from a tensor) are checked at run time: clamp-and-flag.
+
+No analysis can bound ``W[ids[i], j]``: the index comes from the data.  Lowering wraps each
+such axis index in ``CheckedIndex(index, extent)``; the CPU code clamps a bad index to 0 (so
+nothing outside the buffers is read) and returns INDEX_OUT_OF_BOUNDS, which the runtime raises
+as IndexOutOfBoundsError and the runner records as an error; CUDA stops the kernel.  In-range
+data gives numpy's answer, whatever the schedule (vectorized, parallel, a tail, a guard).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+import numpy as np
+import pytest
+
+import scheduler_core as sc
+from scheduler_core import te
+from scheduler_core.arith.int_set import const_range
+from scheduler_core.base.errors import DeviceRuntimeError, IndexOutOfBoundsError
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.driver.bounds import check_bounds
+from scheduler_core.driver.cuda_build import emulate
+from scheduler_core.driver.nvcc import compile_cuda, nvcc_available
+from scheduler_core.ir import expr as E
+from scheduler_core.ir import expr_functor as EF
+from scheduler_core.ir import tir as T
+from scheduler_core.measure.data import MeasureErrorNo, MeasureInput
+from scheduler_core.measure.local_builder import LocalBuilder
+from scheduler_core.measure.local_runner import LocalRunner
+from scheduler_core.schedule.loop_state import State
+
+V, D, N = 100, 64, 64
+BAD = (V, -1, 10**6, -(10**6))  # one past the end, negative, far away both ways
+RNG = np.random.default_rng(0)
+
+
+def embedding(W, ids):
+    return te.compute((N, D), lambda i, j: W[ids[i], j], name="O")
+
+
+def column(W, ids):
+    return te.compute((N,), lambda i: W[ids[i], 3], name="O")
+
+
+def guarded_both(W, ids):
+    return te.compute((N, D), lambda i, j: te.if_then_else(te.all(ids[i] >= 0, ids[i] < V), W[ids[i], j], 0.0),
+                      name="O")
+
+
+def guarded_above(W, ids):
+    return te.compute((N,), lambda i: te.if_then_else(ids[i] < V, W[ids[i], 3], 0.0), name="O")
+
+
+def vec_inner_parallel_outer(s, O):
+    i, j = s[O].op.axis
+    _, ji = s[O].split(j, 8)
+    s[O].vectorize(ji)
+    s[O].parallel(i)
+
+
+def vec_inner(s, O):
+    i, j = s[O].op.axis
+    _, ji = s[O].split(j, 8)
+    s[O].vectorize(ji)
+
+
+def vec_index(factor):
+    def sched(s, O):
+        (i,) = s[O].op.axis
+        _, ii = s[O].split(i, factor)
+        s[O].vectorize(ii)
+    return sched
+
+
+# name: (compute, schedule, numpy, which BAD values are errors)
+CASES = {
+    "embedding, vectorized rows, parallel": (embedding, vec_inner_parallel_outer, lambda w, k: w[k], BAD),
+    "vector of gathered indices": (column, vec_index(8), lambda w, k: w[k, 3], BAD),
+    "vector of gathered indices with a tail": (column, vec_index(24), lambda w, k: w[k, 3], BAD),
+    "guarded on both sides": (guarded_both, vec_inner,
+                              lambda w, k: np.where(((k >= 0) & (k < V))[:, None], w[np.clip(k, 0, V - 1)], 0), ()),
+    "guarded above only": (guarded_above, vec_index(8),
+                           lambda w, k: np.where(k < V, w[np.minimum(k, V - 1), 3], 0), (-1, -(10**6))),
+}
+
+
+def _built(case):
+    compute, schedule, _, _ = CASES[case]
+    W = te.placeholder((V, D), name="W")
+    ids = te.placeholder((N,), name="ids", dtype="int32")
+    O = compute(W, ids)
+    s = te.create_schedule(O.op)
+    schedule(s, O)
+    return s, [W, ids, O]
+
+
+def _guarded_weights(w: np.ndarray, keep: list) -> np.ndarray:
+    """A copy of ``w`` whose last byte is followed by an inaccessible page (PROT_NONE): a read
+    one element past it faults."""
+    page = mmap.PAGESIZE
+    span = -(-w.nbytes // page) * page
+    m = mmap.mmap(-1, span + page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(base + span, page, 0) == 0
+    keep.append(m)
+    start = base + span - w.nbytes
+    out = np.ctypeslib.as_array((ctypes.c_char * w.nbytes).from_address(start)).view(w.dtype).reshape(w.shape)
+    out[...] = w
+    return out
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gathers_match_numpy_and_a_bad_index_is_an_error_not_a_wild_read(case):
+    s, args = _built(case)
+    lowered = sc.lower(s, args)
+    assert "checked_index(" in str(lowered)
+    check_bounds(lowered)  # the clamped accesses are proved in bounds
+    f = sc.build(s, args, "llvm")
+    keep: list = []
+    w = _guarded_weights(RNG.random((V, D), dtype="float32"), keep)
+    ids = RNG.integers(0, V, N).astype("int32")
+    out = np.zeros(tuple(int(x) for x in args[2].shape), "float32")
+    f(w, ids, out)
+    want = CASES[case][2]
+    np.testing.assert_allclose(out, want(np.asarray(w), ids), rtol=1e-6)
+    for bad in BAD:
+        ids2 = ids.copy()
+        ids2[N - 3] = bad
+        if bad in CASES[case][3]:
+            with pytest.raises(IndexOutOfBoundsError, match="INDEX_OUT_OF_BOUNDS"):
+                f(w, ids2, out)
+        else:
+            f(w, ids2, out)
+            np.testing.assert_allclose(out, want(np.asarray(w), ids2), rtol=1e-6)
+    assert issubclass(IndexOutOfBoundsError, DeviceRuntimeError)
+
+
+def test_the_issue_gathers_compile_with_checks():
+    """``A[Idx[i] + 60]``, ``A[Idx[i] * 100000]``, ``A[int(X[i] * 1000)]`` with 200 elements: the
+    reference's answer for in-range data, an error for the rest."""
+    A = te.placeholder((200,), name="A")
+    Idx = te.placeholder((16,), name="Idx", dtype="int32")
+    X = te.placeholder((16,), name="X")
+    forms = {
+        "plus": (lambda i: A[Idx[i] + 60], [Idx], lambda a, k: a[k + 60], np.arange(16) * 5, [140, -61]),
+        "times": (lambda i: A[Idx[i] * 100000], [Idx], lambda a, k: a[k * 100000], np.zeros(16), [1, -1]),
+        "float": (lambda i: A[(X[i] * 1000.0).astype("int32")],
+                  [X], lambda a, x: a[(x * 1000).astype("int32")], np.arange(16) / 1000.0 + 1e-4, [0.2, -0.001]),
+    }
+    a = RNG.random(200, dtype="float32")
+    for name, (body, inputs, ref, good, bad_values) in forms.items():
+        O = te.compute((16,), body, name="O")
+        s = te.create_schedule(O.op)
+        f = sc.build(s, [A, *inputs, O], "llvm")
+        data = np.asarray(good, dtype=inputs[0].dtype)
+        out = np.zeros(16, "float32")
+        f(a, data, out)
+        np.testing.assert_allclose(out, ref(a, data), rtol=1e-6, err_msg=name)
+        for v in bad_values:
+            d2 = data.copy()
+            d2[7] = v
+            with pytest.raises(IndexOutOfBoundsError):
+                f(a, d2, out)
+
+
+def test_checked_index_ranges_over_its_axis():
+    i = E.Var("i")
+    ids = T.Buffer("ids", "int32", (N,))
+    c = E.CheckedIndex(E.BufferLoad(ids, i, "int32"), E.const(V))
+    assert const_range(c * D + 5, {}) == (5, (V - 1) * D + 5)
+    assert EF.structural_equal(EF.rebuild(c, EF.children(c)), c)
+
+
+@pytest.fixture(scope="module")
+def measure():
+    builder = LocalBuilder(timeout_s=60, n_parallel=1)
+    runner = LocalRunner(timeout_s=20, number=1, repeat=1, min_repeat_ms=0, check_correctness=False)
+    yield builder, runner
+    builder.close()
+    runner.close()
+
+
+def test_the_runner_records_an_out_of_range_gather_and_goes_on(measure):
+    """The runner fills integer inputs with 1..7: ``A[Idx[i] * 100000]`` is out of range on every
+    run (an error record naming INDEX_OUT_OF_BOUNDS, the worker alive), an embedding is not.
+    (With the correctness check on, the reference evaluator refuses the same index first.)"""
+    builder, runner = measure
+    A = te.placeholder((200,), name="A")
+    Idx = te.placeholder((16,), name="Idx", dtype="int32")
+    far = ComputeDAG([A, Idx, te.compute((16,), lambda i: A[Idx[i] * 100000], name="O")])
+    W = te.placeholder((V, D), name="W")
+    ids = te.placeholder((N,), name="ids", dtype="int32")
+    emb = ComputeDAG([W, ids, embedding(W, ids)])
+    inputs = [MeasureInput(Task.create(d, "llvm"), State.from_dag(d)) for d in (far, emb, far, emb)]
+    results = runner.run(inputs, builder.build(inputs))
+    for k, res in enumerate(results):
+        if k % 2 == 0:
+            assert res.error_no == MeasureErrorNo.RUNTIME_DEVICE and "INDEX_OUT_OF_BOUNDS" in str(res.error_msg), res
+        else:
+            assert res.error_no == MeasureErrorNo.NO_ERROR, res.error_msg
+
+
+def test_cuda_stops_the_kernel_on_a_bad_gathered_index():
+    s, args = _built("embedding, vectorized rows, parallel")
+    W, ids, O = args
+    g = te.create_schedule(O.op)
+    i, j = g[O].op.axis
+    g[O].bind(i, te.thread_axis("blockIdx.x"))
+    g[O].bind(j, te.thread_axis("threadIdx.x"))
+    mod = sc.build(g, args, "cuda -arch=sm_80")
+    src = mod.get_source("cu")
+    assert "checked_index(" in src and "__trap()" in src
+    if nvcc_available() is None:  # None: nvcc is here
+        assert ".entry" in compile_cuda(src, "sm_80", "ptx").decode()
+    # the GPU program run on the CPU (the emulation the search checks GPU states with) flags it too
+    w = RNG.random((V, D), dtype="float32")
+    k = RNG.integers(0, V, N).astype("int32")
+    out = np.zeros((N, D), "float32")
+    emulate(mod.kernel_func, w, k, out)
+    np.testing.assert_allclose(out, w[k], rtol=1e-6)
+    k[5] = V
+    with pytest.raises(IndexOutOfBoundsError):
+        emulate(mod.kernel_func, w, k, out)
