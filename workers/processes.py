@@ -15,20 +15,28 @@ $AUTOSCHED_DATA_DIR / the default; the level is $AUTOSCHED_LOG_LEVEL (default IN
         backoff, interrupted jobs requeued, the embedded Redis restarted); .stop()
     stop_worker_processes(procs)      --> warm shutdown, then cold, then SIGKILL
     recover_interrupted_jobs(conn)    --> jobs left *started* by a dead worker, back on their queue
+    hold_serve_lock(data_dir), Orphans.find(conn, data_dir).stop()
+                                      --> what a serve killed with SIGKILL left running on its data
+                                          directory (its workers, its embedded Redis), adopted by
+                                          the next serve and stopped with it
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO
 
 import psutil
 import redis
@@ -51,6 +59,7 @@ from .redis_conn import (
     embedded_data_dir,
     resolve_data_dir,
     restart_embedded,
+    socket_path,
     started_embedded,
 )
 from .store import RedisStore
@@ -349,3 +358,86 @@ class WorkerSupervisor:
         with self._lock:
             procs = [p for p in self.procs if p is not None]
         stop_worker_processes(procs, warm_s, cold_s)
+
+
+SERVE_LOCK_NAME = "serve.lock"
+
+
+def hold_serve_lock(data_dir: str | os.PathLike) -> IO | None:
+    """Take ``<data_dir>/serve.lock`` (an exclusive ``flock``) for the life of this process.
+
+    Returns the open file (keep a reference: closing it releases the lock), or None when another
+    live process holds it (another ``serve`` on the same data directory).  The kernel releases
+    the lock when its holder dies, SIGKILL included, so a serve that gets it knows that whatever
+    still runs on the directory was left by a serve that is gone.
+    """
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    f = open(os.path.join(data_dir, SERVE_LOCK_NAME), "a")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
+
+
+@dataclass
+class Orphans:
+    """What a dead ``serve`` left running on its data directory: its RQ worker processes (the
+    ``FileLoggingWorker`` workers registered in that Redis on this host) and the embedded
+    redis-server on the directory's socket.  The next serve on the directory (holding
+    :func:`hold_serve_lock`) adopts them: they keep working, and :meth:`stop` stops them with it."""
+
+    redis: psutil.Process | None = None
+    workers: list[psutil.Process] = field(default_factory=list)
+
+    @classmethod
+    def find(cls, conn: redis.Redis, data_dir: str | os.PathLike) -> Orphans:
+        """The orphans on ``conn`` (the embedded server of ``data_dir``); call it before starting
+        workers of one's own.  Unreadable processes are skipped."""
+        out = cls()
+        host = socket.gethostname()
+        for w in Worker.all(connection=conn):
+            if w.hostname != host or not w.pid or w.pid == os.getpid():
+                continue
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(w.pid)
+                if WORKER_CLASS in proc.cmdline():
+                    out.workers.append(proc)
+        with contextlib.suppress(psutil.Error, redis.exceptions.RedisError, TypeError, ValueError):
+            proc = psutil.Process(int(conn.info("server")["process_id"]))
+            if any(socket_path(data_dir) in arg for arg in proc.cmdline()):
+                out.redis = proc
+        return out
+
+    def __bool__(self) -> bool:
+        return self.redis is not None or bool(self.workers)
+
+    def describe(self) -> str:
+        parts = [f"{len(self.workers)} worker(s) (pid {', '.join(str(p.pid) for p in self.workers)})"] \
+            if self.workers else []
+        if self.redis is not None:
+            parts.append(f"the embedded Redis (pid {self.redis.pid})")
+        return " and ".join(parts)
+
+    def stop(self, warm_s: float = 10.0, cold_s: float = 15.0, redis_timeout_s: float = 10.0) -> None:
+        """Stop the workers as :func:`stop_worker_processes` does (warm, cold, then SIGKILL with
+        their work-horses), then the Redis (SIGTERM: it saves and flushes its AOF; SIGKILL after
+        ``redis_timeout_s``)."""
+        procs = list(_still_running(set(self.workers)))
+        family = {p.pid: _descendants(p.pid) for p in procs}
+        for p in procs:
+            _signal(p.pid, signal.SIGTERM)
+        busy = psutil.wait_procs(procs, timeout=warm_s)[1]
+        if busy:
+            time.sleep(max(0.0, 1.1 - warm_s))  # RQ ignores a second signal within a second
+            for p in busy:
+                family[p.pid] |= _descendants(p.pid)
+                _signal(p.pid, signal.SIGTERM)
+            busy = psutil.wait_procs(busy, timeout=cold_s)[1]
+        _kill_orphans(set(busy).union(*family.values()) if family else set(busy))
+        if self.redis is not None:
+            with contextlib.suppress(psutil.Error):
+                self.redis.terminate()
+                if psutil.wait_procs([self.redis], timeout=redis_timeout_s)[1]:
+                    self.redis.kill()

@@ -27,7 +27,7 @@ from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.job_state import ENDED_STATES, JobState
 from workers.logging_setup import configure_api_logging, configure_worker_logging
-from workers.processes import LOG_LEVEL_ENV, WorkerSupervisor, make_non_dumpable
+from workers.processes import LOG_LEVEL_ENV, Orphans, WorkerSupervisor, hold_serve_lock, make_non_dumpable
 from workers.queues import TUNE_QUEUE, gpu_measure_queue, pin_cuda_device
 from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
 
@@ -87,10 +87,20 @@ def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[in
     """
     make_non_dumpable()  # the API token in this environment: unreadable by the programs it measures
     url = os.environ.get("REDIS_URL")
+    # the only serve of its data directory adopts what a killed one left there, and stops it
+    lock = None if url else hold_serve_lock(resolve_data_dir(data_dir))
     conn = get_connection(url, data_dir=data_dir)
+    orphans = Orphans()
     if not url:
         owner = "started" if started_embedded() else "connected to an already running"
         typer.echo(f"{owner} embedded Redis, data in {resolve_data_dir(data_dir)}", err=True)
+        if lock is not None:
+            orphans = Orphans.find(conn, resolve_data_dir(data_dir))
+            if started_embedded():
+                orphans.redis = None  # its own
+        if orphans:
+            typer.echo(f"adopted {orphans.describe()} left by a serve that was killed; "
+                       f"they stop with this one", err=True)
     supervisor = WorkerSupervisor(connection_url(conn), workers, supervise_redis=started_embedded(),
                                   data_dir=resolve_data_dir(data_dir))
     configure_api_logging()
@@ -102,7 +112,10 @@ def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[in
         uvicorn.run(create_app(Settings(redis_url=connection_url(conn))), host=host, port=port)
     finally:
         supervisor.stop()
+        orphans.stop()
         stop_embedded()
+        if lock is not None:
+            lock.close()
 
 
 def follow_remote(c: Client, job_id: str, poll_s: float = 0.5) -> dict:

@@ -79,7 +79,8 @@ def _simplify_binary(n: BinaryOp) -> Expr:
         v = _fold(op, a.value, b.value)
         if v is not None:
             if type(v) is int and v.bit_length() <= _MAX_FOLD_BITS and not is_float(n.dtype):
-                return IntImm(v, n.dtype)  # what const(v, n.dtype) gives
+                # integers wrap, as in the reference evaluator and the compiled code
+                return IntImm(wrap_int(v, n.dtype), n.dtype)
             if is_float(n.dtype) or (isinstance(v, int) and v.bit_length() <= _MAX_FOLD_BITS):
                 return const(v, n.dtype)
     if op == "add":
@@ -143,8 +144,21 @@ def _simplify_node(n: Expr) -> Expr:
             return IntImm(int(bool(v)), "bool")
         if isinstance(v, float) and not math.isfinite(v):
             return n  # inf/nan have no integer value
-        return IntImm(int(math.trunc(v)), n.dtype)
+        return IntImm(wrap_int(int(math.trunc(v)), n.dtype), n.dtype)
     return n
+
+
+def wrap_int(v: int, dtype: str) -> int:
+    """``v`` as the integer ``dtype`` holds it: two's-complement wrap-around, as the compiled code
+    and the reference evaluator (``uint8(-64)`` is 192, ``int8(200)`` is -56)."""
+    bits = {"int8": 8, "int16": 16, "int32": 32, "int64": 64,
+            "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}.get(dtype)
+    if bits is None:
+        return v
+    v &= (1 << bits) - 1
+    if not dtype.startswith("u") and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
 
 
 _LEAF_TYPES = frozenset((IntImm, FloatImm, Var))

@@ -291,3 +291,44 @@ def test_the_supervisor_restarts_a_dead_embedded_redis_on_its_data(tmp_path):
             supervisor.stop()
         redis_conn.stop_embedded()
     assert not _redis_of(data_dir)
+
+
+def test_a_serve_adopts_what_a_killed_serve_left_and_stops_it_gracefully(tmp_path):
+    """serve killed with SIGKILL alone (not its process group) leaves its worker and the embedded
+    Redis running.  The next serve on the data directory uses them (and says so), and its graceful
+    stop (SIGTERM) stops them too: nothing of either serve runs afterwards."""
+    data_dir = tmp_path / "data"
+    port = _free_port()
+    first = _start_serve(tmp_path, data_dir, port)
+    try:
+        with Client(f"http://127.0.0.1:{port}") as c:
+            _wait_ready(c, first)
+        workers = [p for p in psutil.Process(first.pid).children(recursive=True) if "rq.cli" in " ".join(_cmdline(p))]
+        assert workers and _redis_of(data_dir)
+    finally:
+        os.kill(first.pid, signal.SIGKILL)  # serve only: its worker and Redis are orphaned
+        first.wait(timeout=30)
+    left = workers + _redis_of(data_dir)
+    assert all(p.is_running() for p in left)
+
+    port = _free_port()
+    second = _start_serve(tmp_path, data_dir, port)
+    try:
+        with Client(f"http://127.0.0.1:{port}") as c:
+            _wait_ready(c, second)
+            created = _small_task(c, trials=2)
+            assert c.wait(created["job_id"], timeout_s=300)["state"] == "finished"
+        own = psutil.Process(second.pid).children(recursive=True)
+        os.kill(second.pid, signal.SIGTERM)  # serve's graceful stop, to serve alone
+        second.wait(timeout=90)
+        log = (tmp_path / f"serve-{port}.log").read_text()
+        assert "adopted 1 worker(s)" in log and "the embedded Redis" in log, log[-2000:]
+        alive = psutil.wait_procs(left + own, timeout=30)[1]
+        assert not alive, [(p.pid, _cmdline(p)) for p in alive]
+        assert not _redis_of(data_dir)
+    finally:
+        if second.poll() is None:
+            _stop_serve(second)
+        for p in left + _redis_of(data_dir):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
