@@ -388,7 +388,7 @@ class Orphans:
     redis-server on the directory's socket.  The next serve on the directory (holding
     :func:`hold_serve_lock`) adopts them: they keep working, and :meth:`stop` stops them with it."""
 
-    redis: psutil.Process | None = None
+    redis_server: psutil.Process | None = None
     workers: list[psutil.Process] = field(default_factory=list)
 
     @classmethod
@@ -407,17 +407,17 @@ class Orphans:
         with contextlib.suppress(psutil.Error, redis.exceptions.RedisError, TypeError, ValueError):
             proc = psutil.Process(int(conn.info("server")["process_id"]))
             if any(socket_path(data_dir) in arg for arg in proc.cmdline()):
-                out.redis = proc
+                out.redis_server = proc
         return out
 
     def __bool__(self) -> bool:
-        return self.redis is not None or bool(self.workers)
+        return self.redis_server is not None or bool(self.workers)
 
     def describe(self) -> str:
         parts = [f"{len(self.workers)} worker(s) (pid {', '.join(str(p.pid) for p in self.workers)})"] \
             if self.workers else []
-        if self.redis is not None:
-            parts.append(f"the embedded Redis (pid {self.redis.pid})")
+        if self.redis_server is not None:
+            parts.append(f"the embedded Redis (pid {self.redis_server.pid})")
         return " and ".join(parts)
 
     def stop(self, warm_s: float = 10.0, cold_s: float = 15.0, redis_timeout_s: float = 10.0) -> None:
@@ -436,8 +436,8 @@ class Orphans:
                 _signal(p.pid, signal.SIGTERM)
             busy = psutil.wait_procs(busy, timeout=cold_s)[1]
         _kill_orphans(set(busy).union(*family.values()) if family else set(busy))
-        if self.redis is not None:
+        if self.redis_server is not None:
             with contextlib.suppress(psutil.Error):
-                self.redis.terminate()
-                if psutil.wait_procs([self.redis], timeout=redis_timeout_s)[1]:
-                    self.redis.kill()
+                self.redis_server.terminate()
+                if psutil.wait_procs([self.redis_server], timeout=redis_timeout_s)[1]:
+                    self.redis_server.kill()

@@ -97,7 +97,7 @@ def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[in
         if lock is not None:
             orphans = Orphans.find(conn, resolve_data_dir(data_dir))
             if started_embedded():
-                orphans.redis = None  # its own
+                orphans.redis_server = None  # its own
         if orphans:
             typer.echo(f"adopted {orphans.describe()} left by a serve that was killed; "
                        f"they stop with this one", err=True)
