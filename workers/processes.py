@@ -47,7 +47,7 @@ from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from scheduler_core.measure.popen_pool import worker_environment
+from scheduler_core.measure.popen_pool import ISOLATE_ENV, worker_environment
 
 from .job_state import JobState
 from .logging_setup import configure_worker_logging
@@ -117,7 +117,21 @@ def worker_env(data_dir: str | os.PathLike | None = None) -> dict[str, str]:
     chosen = data_dir if data_dir is not None else embedded_data_dir()
     if chosen is not None:
         env[DATA_DIR_ENV] = resolve_data_dir(chosen)
+    env[ISOLATE_ENV] = os.pathsep.join(service_paths(env.get(DATA_DIR_ENV), env.get("REDIS_URL")))
     return env
+
+
+def service_paths(data_dir: str | None, redis_url: str | None = None) -> list[str]:
+    """What the programs a worker measures must not reach: the data directory (its Redis socket,
+    AOF, logs), the embedded Redis socket when it lives elsewhere, and the socket of a
+    ``unix://`` REDIS_URL.  The runner's child covers them (``popen_pool.isolate_from_service``,
+    which also takes the network away, so a TCP Redis is out of reach too)."""
+    out = []
+    if data_dir:
+        out += [data_dir, socket_path(data_dir)]
+    if redis_url and redis_url.startswith("unix://"):
+        out.append(redis_url[len("unix://"):].split("?", 1)[0])
+    return list(dict.fromkeys(out))
 
 
 def start_worker_process(conn: redis.Redis, queues: Sequence[str] = (TUNE_QUEUE,),

@@ -25,11 +25,26 @@ from rq.serializers import JSONSerializer
 from scheduler_core import frontend
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.measure.popen_pool import ISOLATE_ENV
 from workers.job_state import ENDED_STATES, JobState
 from workers.logging_setup import configure_api_logging, configure_worker_logging
-from workers.processes import LOG_LEVEL_ENV, Orphans, WorkerSupervisor, hold_serve_lock, make_non_dumpable
+from workers.processes import (
+    LOG_LEVEL_ENV,
+    Orphans,
+    WorkerSupervisor,
+    hold_serve_lock,
+    make_non_dumpable,
+    service_paths,
+)
 from workers.queues import TUNE_QUEUE, gpu_measure_queue, pin_cuda_device
-from workers.redis_conn import connection_url, get_connection, resolve_data_dir, started_embedded, stop_embedded
+from workers.redis_conn import (
+    connection_url,
+    embedded_data_dir,
+    get_connection,
+    resolve_data_dir,
+    started_embedded,
+    stop_embedded,
+)
 
 from ..client import Client
 from ..main import create_app
@@ -64,6 +79,9 @@ def worker(queues: Annotated[list[str], typer.Option("--queues", "-q", help="que
             raise CliError(f"--gpu {gpu}: {one_line(err)}") from None
         typer.echo(f"listening on {', '.join(names)}", err=True)
     conn = get_connection(url)
+    # the programs it measures run cut off from this Redis and the data directory
+    os.environ[ISOLATE_ENV] = os.pathsep.join(service_paths(embedded_data_dir() or resolve_data_dir(None),
+                                                            url or os.environ.get("REDIS_URL")))
     log_path = configure_worker_logging(resolve_data_dir(None), os.environ.get(LOG_LEVEL_ENV) or "INFO")
     typer.echo(f"worker log: {log_path}", err=True)
     Worker(names, connection=conn, serializer=JSONSerializer).work(burst=burst)

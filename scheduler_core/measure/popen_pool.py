@@ -59,6 +59,9 @@ _ALLOWED_PREFIXES = ("scheduler_core.", "cost_model.")  # the packages whose fun
 SECRET_ENV_NAMES = ("REDIS_URL", "AUTOSCHED_API_TOKEN")   # never passed to a child
 SECRET_ENV_WORDS = ("TOKEN", "PASSWORD", "SECRET", "KEY")  # nor any variable whose name holds one
 LIMITS_ENV = "AUTOSCHED_WORKER_LIMITS"  # how a child learns its WorkerLimits (JSON)
+# os.pathsep-separated paths a runner child hides from the programs it runs (the service's data
+# directory and Redis socket): set by the service for its workers, read once by the child
+ISOLATE_ENV = "AUTOSCHED_ISOLATE_PATHS"
 
 
 def worker_environment(environ: dict | None = None) -> dict:
@@ -414,14 +417,75 @@ def drop_capabilities() -> bool:
     return capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), (_CapData * 2)()) == 0
 
 
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
+ISOLATION: dict = {}  # what isolate_from_service did in this process ("namespaces", "hidden", "error")
+
+
+def isolate_from_service(paths: Sequence[str]) -> bool:
+    """Cut this process off from the service that measures through it (Linux namespaces).
+
+    The process enters a new network namespace (no interface but a down loopback: no TCP
+    Redis, no network) and a new mount namespace, private from the host's, in which each of
+    ``paths`` is covered: a directory by an empty read-only tmpfs, a file (a unix socket) by
+    ``/dev/null``, so the service's data directory (its Redis socket, its AOF) is not there to
+    open or connect to.  A process that is not root first enters a new user namespace in which
+    it is root (mapped to its own uid), which unprivileged users may do where the kernel allows
+    it.  Returns whether it worked; what happened is in :data:`ISOLATION` (the reason when not).
+    The idea is a sandbox's (bubblewrap, nsjail): namespaces, then mounts over what must not be seen.
+    """
+    ISOLATION.clear()
+    if not sys.platform.startswith("linux"):
+        ISOLATION["error"] = "namespaces are Linux's"
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.geteuid(), os.getegid()
+
+    def fail(what: str) -> bool:
+        ISOLATION["error"] = f"{what}: {os.strerror(ctypes.get_errno())}"
+        return False
+
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | (0 if uid == 0 else _CLONE_NEWUSER)
+    if libc.unshare(flags) != 0:
+        return fail("unshare")
+    if uid != 0:
+        try:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        except OSError as err:
+            ISOLATION["error"] = f"user namespace maps: {err}"
+            return False
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return fail("making / private")
+    hidden = []
+    for path in paths:
+        if not path or not os.path.exists(path):
+            continue
+        if os.path.isdir(path):
+            ok = libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                            b"size=4k,mode=0500") == 0
+        else:
+            ok = libc.mount(b"/dev/null", os.fsencode(path), None, _MS_BIND, None) == 0
+        if not ok:
+            return fail(f"covering {path}")
+        hidden.append(path)
+    ISOLATION.update(namespaces="net+mount" + ("" if uid == 0 else "+user"), hidden=hidden)
+    return True
+
+
 def child_main(read_fd: int, write_fd: int, parent_pid: int, preload: Sequence[str]) -> None:
     """The loop of a child: set its limits, import ``preload``, say ready, then serve calls until EOF.
     A child with limits (the runner's, where measured programs run) also drops its capabilities
     when it runs as root (:func:`drop_capabilities`)."""
     limits_text = os.environ.pop(LIMITS_ENV, "")
     limits = WorkerLimits.from_json(limits_text) if limits_text else None
+    hide = os.environ.pop(ISOLATE_ENV, None)
     if limits is not None:
         apply_limits(limits)
+        if hide is not None and not isolate_from_service(hide.split(os.pathsep)):
+            print(f"autosched runner: not isolated from the service ({ISOLATION['error']})", file=sys.stderr)
         if os.geteuid() == 0:
             drop_capabilities()
     faulthandler.enable()  # a segfault leaves a Python traceback in the stderr file

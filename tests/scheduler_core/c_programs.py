@@ -16,7 +16,8 @@ from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.schedule.loop_state import State
 
 HEADERS = ("#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
-           "#include <sys/resource.h>\n")
+           "#include <sys/resource.h>\n#include <sys/socket.h>\n#include <sys/un.h>\n#include <netinet/in.h>\n"
+           "#include <arpa/inet.h>\n")
 
 
 def compile_matmul_stand_ins(dag: ComputeDAG, bodies: dict, out: Path) -> dict:

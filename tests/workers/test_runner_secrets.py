@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from scheduler_core.dag.compute_dag import ComputeDAG
 from tests.scheduler_core.c_programs import compile_matmul_stand_ins
 from tests.workloads import matmul
+from workers.redis_conn import socket_path
 
 N = 16
 TOKEN = "s3cret-api-token"
@@ -104,3 +106,78 @@ def test_a_measured_program_cannot_read_the_token_of_its_parents(parents_lib, mo
         assert res["error_no"] == 0, res
     else:
         assert res["returned"] == 30, res
+
+
+# returns 40 when it can connect to the service's Redis socket, + 2 when to a TCP port on loopback
+_REDIS = r"""
+int out = 0;
+int s = socket(AF_UNIX, SOCK_STREAM, 0);
+struct sockaddr_un a;
+memset(&a, 0, sizeof a);
+a.sun_family = AF_UNIX;
+strncpy(a.sun_path, SOCKET_PATH, sizeof a.sun_path - 1);
+if (s >= 0 && connect(s, (struct sockaddr*)&a, sizeof a) == 0) {
+  const char ping[] = "PING\r\n";
+  char reply[16] = {0};
+  if (write(s, ping, sizeof ping - 1) > 0 && read(s, reply, sizeof reply - 1) > 0 && reply[0] == '+') out += 40;
+}
+if (s >= 0) close(s);
+int t = socket(AF_INET, SOCK_STREAM, 0);
+struct sockaddr_in b;
+memset(&b, 0, sizeof b);
+b.sin_family = AF_INET;
+b.sin_port = htons(TCP_PORT);
+b.sin_addr.s_addr = htonl(0x7f000001);
+if (t >= 0 && connect(t, (struct sockaddr*)&b, sizeof b) == 0) out += 2;
+if (t >= 0) close(t);
+return out;
+"""
+
+_SERVICE_PARENT = """
+import socket, subprocess, sys
+from workers.processes import make_non_dumpable, worker_env
+from workers.redis_conn import get_connection, stop_embedded
+lib, mode, child, data_dir, port = sys.argv[1:6]
+conn = get_connection(data_dir=data_dir)  # the service's embedded Redis, as serve starts it
+assert conn.ping()
+listener = socket.socket()
+listener.bind(("127.0.0.1", int(port)))
+listener.listen(4)
+try:
+    if mode == "protected":
+        assert make_non_dumpable()
+    env = worker_env(data_dir) if mode == "protected" else None
+    out = subprocess.run([sys.executable, "-c", child, lib], env=env, capture_output=True, text=True, timeout=120)
+finally:
+    stop_embedded()
+sys.stdout.write(out.stdout)
+sys.stderr.write(out.stderr)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux's")
+@pytest.mark.parametrize("mode", ["protected", "control"])
+def test_a_measured_program_cannot_talk_to_redis_or_the_network(tmp_path, mode):
+    """protected: a worker's environment (worker_env: the data directory and Redis socket to hide),
+    the runner below it: the program reaches neither the embedded Redis (its socket is covered in
+    the runner's mount namespace) nor a TCP port on loopback (a network namespace of its own).
+    control: the same code in a plain child reaches both, so the check is real."""
+    root = Path(__file__).resolve().parents[2]
+    data_dir = tmp_path / "data"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    body = _REDIS.replace("SOCKET_PATH", json.dumps(socket_path(data_dir))).replace("TCP_PORT", str(port))
+    lib = compile_matmul_stand_ins(ComputeDAG(matmul(N, N, N)), {"redis": body}, tmp_path)["redis"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("REDIS_URL", None)
+    child = _CHILD if mode == "protected" else _DIRECT
+    out = subprocess.run([sys.executable, "-c", _SERVICE_PARENT, lib, mode, child, str(data_dir), str(port)],
+                         env=env, cwd=root, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    if mode == "protected":
+        assert res["error_no"] == 0, res
+        assert "not isolated" not in out.stderr
+    else:
+        assert res["returned"] == 42, res
