@@ -245,6 +245,42 @@ def _check_access(what: str, buf: T.Buffer, index: Expr, env: dict, guards: tupl
     rng = const_range(idx, env)
     if rng is not None and _violation(rng, size) == 0:
         return
+    cases = _select_cases(idx) if any(isinstance(n, Select) for n in walk(idx)) else None
+    if cases is not None:  # a select in the index: each branch under its condition
+        for conds, branch in cases:
+            _check_index(what, buf, index, branch, env, guards + conds, size)
+        return
+    _check_index(what, buf, index, idx, env, guards, size)
+
+
+MAX_SELECT_CASES = 16  # branch combinations of the selects of one index checked apart
+
+
+def _select_cases(e: Expr) -> list | None:
+    """``[(constraints, e without selects)]``: ``e`` with each of its selects replaced by one
+    branch, with the branch's condition (its negation for the false branch) as constraints
+    (:func:`_constraints`); every value of ``e`` is the value of a case whose constraints
+    hold.  None when there are more than :data:`MAX_SELECT_CASES` cases."""
+    sel = next((n for n in walk(e) if isinstance(n, Select)), None)
+    if sel is None:
+        return [((), e)]
+    out: list = []
+    for branch, cond in ((sel.true_value, sel.cond), (sel.false_value, Not(sel.cond))):
+        rest = _select_cases(transform(e, lambda n, sel=sel, branch=branch: branch if n is sel else None))
+        if rest is None:
+            return None
+        out += [(_constraints(cond) + conds, x) for conds, x in rest]
+        if len(out) > MAX_SELECT_CASES:
+            return None
+    return out
+
+
+def _check_index(what: str, buf: T.Buffer, index: Expr, idx: Expr, env: dict, guards: tuple, size: int) -> None:
+    """Prove ``idx`` (``index`` with lets and lanes substituted) within ``size`` under ``guards``,
+    or raise LoweringError naming ``index``."""
+    rng = const_range(idx, env)
+    if rng is not None and _violation(rng, size) == 0:
+        return
     for narrow in (_guarded_range, _refined_range):  # cheaper first; each may prove the access
         found = narrow(idx, env, guards, size)
         if found == "unreachable" or (found is not None and _violation(found, size) == 0):

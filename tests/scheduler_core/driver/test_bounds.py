@@ -82,6 +82,18 @@ def test_loads_every_lane_of_a_ramp_and_select_branches():
         check_bounds(_func(_loop(i, 16, T.Store(B, i, Select(i < 12, BufferLoad(A, i), FloatImm(0.0))))))
 
 
+def test_a_select_inside_an_index_is_checked_branch_by_branch():
+    """``A[select(i >= 16, i + i, i)] + 0``: the doubled branch only runs where ``i >= 16``, never in
+    ``0 .. 9``, so the load is proved (the union of both branches reaches 18); a select in a sum,
+    and one whose reachable branch overruns, are judged the same way."""
+    i = Var("i")
+    unreachable = Select(i >= 16, i + i, i, "int32")
+    check_bounds(_func(_loop(i, 10, T.Store(B, i, BufferLoad(A, unreachable)))))
+    check_bounds(_func(_loop(i, 10, T.Store(B, i, BufferLoad(B, Select(i < 4, i + 12, i, "int32") + 0)))))
+    with pytest.raises(LoweringError, match="'A'"):
+        check_bounds(_func(_loop(i, 10, T.Store(B, i, BufferLoad(A, Select(i >= 5, i + i, i, "int32"))))))
+
+
 def test_let_and_symbolic_extents():
     i, x, n = Var("i"), Var("x"), Var("n")
     check_bounds(_func(_loop(i, 5, T.LetStmt(x, i * 2, T.Store(A, x, FloatImm(0.0))))))
