@@ -266,13 +266,20 @@ def _select_cases(e: Expr) -> list | None:
         return [((), e)]
     out: list = []
     for branch, cond in ((sel.true_value, sel.cond), (sel.false_value, Not(sel.cond))):
-        rest = _select_cases(transform(e, lambda n, sel=sel, branch=branch: branch if n is sel else None))
+        rest = _select_cases(transform(e, _replacing(sel, branch)))
         if rest is None:
             return None
         out += [(_constraints(cond) + conds, x) for conds, x in rest]
         if len(out) > MAX_SELECT_CASES:
             return None
     return out
+
+
+def _replacing(old: Expr, new: Expr):
+    """A :func:`transform` function that puts ``new`` in place of the node ``old``."""
+    def fn(n: Expr) -> Expr | None:
+        return new if n is old else None
+    return fn
 
 
 def _check_index(what: str, buf: T.Buffer, index: Expr, idx: Expr, env: dict, guards: tuple, size: int) -> None:
