@@ -4,9 +4,11 @@ An embedding lookup ``O[i, j] = W[ids[i], j]`` reads rows of a table at indices 
 the data; lowering wraps ``ids[i]`` in ``CheckedIndex`` (clamped to the table, flagged when
 out of range).  This times the same program with the check and with it stripped from the
 lowered loop program (``CheckedIndex(v, n)`` -> ``v``, the rest identical: same passes, same
-code generation), in one process, alternating, and numpy's ``W[ids]`` (``np.take``) beside
-them as the baseline a user would otherwise call.  Schedules: rows parallel, the row split
-by 16 (or 8) and vectorized.  Shapes: BERT's vocabulary (30522 x 768) with 128 and 4096
+code generation), in one process, back to back in 9 rounds (the overhead is the median of the 9 paired ratios),
+and numpy's ``W[ids]`` (``np.take``) beside
+them as the baseline a user would otherwise call.  Schedules: the row split by 16 (or 8) and
+vectorized, rows parallel (and serial, for the check's own instructions without the thread
+pool).  Shapes: BERT's vocabulary (30522 x 768) with 128 and 4096
 tokens, and a small table that stays in cache (1000 x 64, 4096 tokens).
 
 Usage:  python benchmarks/gather_checks.py [--out benchmarks/results/gather_checks.json]
@@ -36,6 +38,7 @@ from scheduler_core.ir import tir as T  # noqa: E402
 from scheduler_core.ir.stmt_functor import map_stmt, stmt_exprs  # noqa: E402
 from scheduler_core.runtime.module import Module  # noqa: E402
 
+ROUNDS = 9  # paired checked/unchecked measurements per case; the overhead is the median of their ratios
 SHAPES = [(30522, 768, 128), (30522, 768, 4096), (1000, 64, 4096)]  # (rows, width, tokens)
 
 
@@ -46,7 +49,7 @@ def _strip_checks(func):
     return map_stmt(func.body, f_expr=lambda e: EF.transform(e, fn))
 
 
-def programs(rows: int, width: int, tokens: int, lanes: int):
+def programs(rows: int, width: int, tokens: int, lanes: int, parallel: bool = True):
     W = te.placeholder((rows, width), name="W")
     ids = te.placeholder((tokens,), name="ids", dtype="int32")
     O = te.compute((tokens, width), lambda i, j: W[ids[i], j], name="O")
@@ -54,7 +57,8 @@ def programs(rows: int, width: int, tokens: int, lanes: int):
     i, j = s[O].op.axis
     _, ji = s[O].split(j, lanes)
     s[O].vectorize(ji)
-    s[O].parallel(i)
+    if parallel:
+        s[O].parallel(i)
     lowered = sc.lower(s, [W, ids, O], name="embedding")
     passed = run_passes(lowered)
     assert any(isinstance(n, E.CheckedIndex) for n in _exprs(passed.body)), "no check emitted"
@@ -78,8 +82,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows_out = []
     for rows, width, tokens in SHAPES:
-        for lanes in (16, 8):
-            checked, unchecked = programs(rows, width, tokens, lanes)
+        for lanes, parallel in ((16, True), (8, True), (16, False)):
+            checked, unchecked = programs(rows, width, tokens, lanes, parallel)
             w = rng.random((rows, width), dtype="float32")
             ids = rng.integers(0, rows, tokens).astype("int32")
             out_c = np.zeros((tokens, width), "float32")
@@ -94,19 +98,25 @@ def main() -> None:
 
             def take(w=w, ids=ids, out_np=out_np):
                 np.take(w, ids, axis=0, out=out_np)
-            times = {"checked": [], "unchecked": [], "numpy_take": []}
-            for _ in range(5):  # alternate, so that drifts of a shared machine hit both alike
-                times["checked"].append(median_time_s(call_c, min_s=0.1, repeat=5))
-                times["unchecked"].append(median_time_s(call_u, min_s=0.1, repeat=5))
-                times["numpy_take"].append(median_time_s(take, min_s=0.1, repeat=5))
+            times: dict = {"checked": [], "unchecked": [], "numpy_take": []}
+            ratios = []
+            for _ in range(ROUNDS):  # back to back, alternating: drifts of a shared machine hit both alike
+                tc = median_time_s(call_c, min_s=0.05, repeat=5)
+                tu = median_time_s(call_u, min_s=0.05, repeat=5)
+                times["checked"].append(tc)
+                times["unchecked"].append(tu)
+                ratios.append(tc / tu)
+                times["numpy_take"].append(median_time_s(take, min_s=0.05, repeat=5))
             med = {k: float(np.median(v)) for k, v in times.items()}
-            row = {"rows": rows, "width": width, "tokens": tokens, "lanes": lanes,
+            row = {"rows": rows, "width": width, "tokens": tokens, "lanes": lanes, "parallel": parallel,
                    "checked_us": med["checked"] * 1e6, "unchecked_us": med["unchecked"] * 1e6,
                    "numpy_take_us": med["numpy_take"] * 1e6,
-                   "check_overhead": med["checked"] / med["unchecked"] - 1.0,
+                   "check_overhead": float(np.median(ratios)) - 1.0,
+                   "check_overhead_rounds": [r - 1.0 for r in ratios],
                    "checked_vs_numpy": med["numpy_take"] / med["checked"]}
             rows_out.append(row)
-            print(f"{rows}x{width} table, {tokens} tokens, {lanes} lanes: checked {row['checked_us']:.1f} us, "
+            how = "parallel" if parallel else "serial"
+            print(f"{rows}x{width} table, {tokens} tokens, {lanes} lanes, {how}: checked {row['checked_us']:.1f} us, "
                   f"unchecked {row['unchecked_us']:.1f} us ({100 * row['check_overhead']:+.1f}%), "
                   f"numpy take {row['numpy_take_us']:.1f} us ({row['checked_vs_numpy']:.2f}x)", flush=True)
     result = {"benchmark": "gather_checks", "cpu": cpu_model(), "isa": cpu_isa(), "threads": os.cpu_count(),
