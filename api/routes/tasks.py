@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
 
 from scheduler_core.dag.compute_dag import ComputeDAG
 from workers.best import describe_best
@@ -113,15 +114,16 @@ def read_task_list(conn: ConnDep,
 
 @router.get("/{task_id}/curve", response_model=Curve, operation_id="read_curve",
             responses=error_responses(404, 422, 503))
-def read_curve(task: TaskDep, conn: ConnDep) -> Curve:
+async def read_curve(task: TaskDep, conn: ConnDep) -> Curve:
     """The tuning curve: one point per record in the order measured (latency in seconds and
     GFLOP/s, or the error's MeasureErrorNo name), the trials where the best improved, and the
     errors counted by kind.  404 for an unknown task."""
-    return Curve(task_id=task.task_id, **task_curve(conn, task.workload_key, task.target))
+    curve = await run_in_threadpool(task_curve, conn, task.workload_key, task.target)
+    return Curve(task_id=task.task_id, **curve)
 
 
 @router.get("/{task_id}", response_model=TaskPublic, operation_id="read_task", responses=error_responses(404, 422, 503))
-def read_task(task: TaskDep) -> FromRecord:
+async def read_task(task: TaskDep) -> FromRecord:
     return TaskPublic.model_validate(task)
 
 
