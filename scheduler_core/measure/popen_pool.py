@@ -128,6 +128,10 @@ class _Worker:
         env.pop(LIMITS_ENV, None)
         if limits is not None:
             env[LIMITS_ENV] = limits.to_json()
+            if ISOLATE_ENV in env:
+                # a user namespace needs a single-threaded process, and OpenBLAS starts its threads
+                # when numpy is imported (before the child can isolate itself)
+                env.setdefault("OPENBLAS_NUM_THREADS", "1")
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH", "")] if p])
         cmd = [sys.executable, "-m", "scheduler_core.measure.popen_pool", str(child_r), str(child_w), str(os.getpid()),
@@ -448,6 +452,9 @@ def isolate_from_service(paths: Sequence[str]) -> bool:
 
     flags = _CLONE_NEWNS | _CLONE_NEWNET | (0 if uid == 0 else _CLONE_NEWUSER)
     if libc.unshare(flags) != 0:
+        threads = threading.active_count() if uid == 0 else len(os.listdir("/proc/self/task"))
+        if uid != 0 and threads > 1:
+            return fail(f"unshare (a user namespace needs one thread; this process has {threads})")
         return fail("unshare")
     if uid != 0:
         try:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,31 @@ def test_a_measured_program_cannot_talk_to_redis_or_the_network(tmp_path, mode):
         assert "not isolated" not in out.stderr
     else:
         assert res["returned"] == 42, res
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs a child as another (unprivileged) user: needs root and setpriv")
+def test_an_unprivileged_runner_child_isolates_itself_in_a_user_namespace():
+    """Where the service does not run as root, the runner's child first enters a user namespace,
+    which needs a single-threaded process: with the environment a runner child gets
+    (OPENBLAS_NUM_THREADS=1 beside the isolation paths) it does, as uid 65534, and the covered
+    directory is empty for it."""
+    base = Path(tempfile.mkdtemp(prefix="autosched_userns_"))  # pytest's tmp_path is closed to other users
+    hidden = base / "data"
+    hidden.mkdir()
+    (hidden / "redis.sock").write_text("not for the programs")
+    for p in (base, hidden):
+        p.chmod(0o777)
+    root = Path(__file__).resolve().parents[2]
+    code = ("import os, json; from scheduler_core.measure.popen_pool import isolate_from_service, ISOLATION; "
+            f"ok = isolate_from_service([{str(hidden)!r}]); "
+            f"print(json.dumps({{'ok': ok, 'how': ISOLATION, 'seen': os.listdir({str(hidden)!r})}}))")
+    env = {**os.environ, "PYTHONPATH": str(root), "OPENBLAS_NUM_THREADS": "1"}
+    try:
+        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                              code], env=env, cwd=root, capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["ok"] and "user" in res["how"]["namespaces"] and res["seen"] == [], res
