@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 from bench_util import cpu_isa, cpu_model  # same folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,12 +37,35 @@ sys.path.insert(0, str(ROOT))
 import scheduler_core as sc  # noqa: E402
 from api.client import Client  # noqa: E402
 from tests.workloads import matmul  # noqa: E402
+from workers.redis_conn import socket_path  # noqa: E402
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _stop(server: subprocess.Popen, data_dir: Path) -> None:
+    """Stop serve (SIGTERM: it stops its workers and its Redis), SIGKILL what is left of its process
+    group, then any redis-server still serving ``data_dir``'s socket (a serve killed before its
+    cleanup leaves it running: the embedded server is daemonized, outside the group)."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait(timeout=30)
+    sock = socket_path(data_dir)
+    left = [p for p in psutil.process_iter(["cmdline"]) if any(sock in a for a in (p.info["cmdline"] or []))]
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    for p in psutil.wait_procs(left, timeout=15)[1]:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 async def _load(base: str, paths: list, requests: int, concurrency: int) -> dict:
@@ -106,11 +131,7 @@ def main() -> None:
         asyncio.run(_load(base, paths, 50, min(10, args.concurrency)))  # warm-up
         res = asyncio.run(_load(base, paths, args.requests, args.concurrency))
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        _stop(server, tmp / "data")
     names = {"/healthz": "healthz", f"/tasks/{task_id}": "task", f"/tasks/{task_id}/curve": "curve"}
     routes = {}
     for path, name in names.items():

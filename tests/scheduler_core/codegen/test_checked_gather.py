@@ -9,9 +9,6 @@ data gives numpy's answer, whatever the schedule (vectorized, parallel, a tail, 
 
 from __future__ import annotations
 
-import ctypes
-import mmap
-
 import numpy as np
 import pytest
 
@@ -31,6 +28,7 @@ from scheduler_core.measure.data import MeasureErrorNo, MeasureInput
 from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
 from scheduler_core.schedule.loop_state import State
+from tests.guard_pages import next_to_guard_page
 
 V, D, N = 100, 64, 64
 BAD = (V, -1, 10**6, -(10**6))  # one past the end, negative, far away both ways
@@ -97,23 +95,6 @@ def _built(case):
     return s, [W, ids, O]
 
 
-def _guarded_weights(w: np.ndarray, keep: list) -> np.ndarray:
-    """A copy of ``w`` whose last byte is followed by an inaccessible page (PROT_NONE): a read
-    one element past it faults."""
-    page = mmap.PAGESIZE
-    span = -(-w.nbytes // page) * page
-    m = mmap.mmap(-1, span + page)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    libc = ctypes.CDLL(None)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    assert libc.mprotect(base + span, page, 0) == 0
-    keep.append(m)
-    start = base + span - w.nbytes
-    out = np.ctypeslib.as_array((ctypes.c_char * w.nbytes).from_address(start)).view(w.dtype).reshape(w.shape)
-    out[...] = w
-    return out
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_gathers_match_numpy_and_a_bad_index_is_an_error_not_a_wild_read(case):
     s, args = _built(case)
@@ -122,7 +103,7 @@ def test_gathers_match_numpy_and_a_bad_index_is_an_error_not_a_wild_read(case):
     check_bounds(lowered)  # the clamped accesses are proved in bounds
     f = sc.build(s, args, "llvm")
     keep: list = []
-    w = _guarded_weights(RNG.random((V, D), dtype="float32"), keep)
+    w = next_to_guard_page(RNG.random((V, D), dtype="float32"), keep)
     ids = RNG.integers(0, V, N).astype("int32")
     out = np.zeros(tuple(int(x) for x in args[2].shape), "float32")
     f(w, ids, out)

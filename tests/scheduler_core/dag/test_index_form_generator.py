@@ -12,8 +12,6 @@ reference computes them, IndexOutOfBoundsError where the reference finds an inde
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import pickle
 
@@ -27,6 +25,7 @@ from scheduler_core.dag.reference import evaluate
 from scheduler_core.driver.bounds import check_bounds
 from scheduler_core.driver.pipeline import run_passes
 from scheduler_core.schedule.loop_state import State
+from tests.guard_pages import next_to_guard_page
 
 N = 200
 FORMS = int(os.environ.get("INDEX_FORMS", "90"))
@@ -123,22 +122,6 @@ def _dag_json(index, used: set) -> dict:
             "ops": ops, "tensors": [[k, 0] for k in range(len(ops))]}
 
 
-def _against_guard(a: np.ndarray, at_end: bool, keep: list) -> np.ndarray:
-    """A copy of ``a`` whose last byte (at_end) or first byte is next to a PROT_NONE page."""
-    page = mmap.PAGESIZE
-    span = -(-a.nbytes // page) * page
-    m = mmap.mmap(-1, span + 2 * page)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    libc = ctypes.CDLL(None)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    assert libc.mprotect(base, page, 0) == 0 and libc.mprotect(base + page + span, page, 0) == 0
-    keep.append(m)
-    start = base + page + span - a.nbytes if at_end else base + page
-    out = np.ctypeslib.as_array((ctypes.c_char * a.nbytes).from_address(start)).view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
 def _run_in_child(fn) -> tuple:
     """``fn()`` in a forked child: ``("ok", value)``, ``("raised", text)`` or ``("signal", n)``."""
     r, w = os.pipe()
@@ -198,7 +181,7 @@ def test_random_index_forms_are_refused_or_stay_inside_their_buffers():
         for at_end in (True, False):
             def run(inputs=inputs, at_end=at_end, module=module):
                 keep: list = []
-                args = [_against_guard(x, at_end, keep) if x.dtype == np.float32 and x.shape == (N,)
+                args = [next_to_guard_page(x, keep, at_end) if x.dtype == np.float32 and x.shape == (N,)
                         and j == 0 else x for j, x in enumerate(inputs)]
                 out = np.zeros(N, "float32")
                 module(*args, out)
