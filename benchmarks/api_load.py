@@ -48,8 +48,9 @@ def _free_port() -> int:
 
 def _stop(server: subprocess.Popen, data_dir: Path) -> None:
     """Stop serve (SIGTERM: it stops its workers and its Redis), SIGKILL what is left of its process
-    group, then any redis-server still serving ``data_dir``'s socket (a serve killed before its
-    cleanup leaves it running: the embedded server is daemonized, outside the group)."""
+    group, then any process still on ``data_dir``'s Redis socket (its command line names it: the
+    embedded redis-server, daemonized, and RQ workers, in sessions of their own, outlive a serve
+    killed before its cleanup)."""
     server.send_signal(signal.SIGTERM)
     try:
         server.wait(timeout=90)

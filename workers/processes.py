@@ -152,26 +152,31 @@ def stop_worker_processes(procs: Sequence[subprocess.Popen], warm_s: float = 10.
     (RQ's cold shutdown: the worker kills its work-horse and exits; the job stays *started*
     in RQ's StartedJobRegistry, where :func:`recover_interrupted_jobs` finds it), and after
     ``cold_s`` more seconds SIGKILL to what is left, work-horses included."""
-    procs = [p for p in procs if p.poll() is None]
+    running = [p for p in procs if p.poll() is None]
+    handles = []
+    for p in running:
+        with contextlib.suppress(psutil.Error):
+            handles.append(psutil.Process(p.pid))
+    stop_rq_workers(handles, warm_s, cold_s)
+    for p in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=10)
+
+
+def stop_rq_workers(procs: Sequence[psutil.Process], warm_s: float = 10.0, cold_s: float = 15.0) -> None:
+    """:func:`stop_worker_processes` for worker processes known by pid (children or not)."""
+    procs = list(_still_running(set(procs)))
     family = {p.pid: _descendants(p.pid) for p in procs}
     for p in procs:
         _signal(p.pid, signal.SIGTERM)
-    _wait_all(procs, warm_s)
-    busy = [p for p in procs if p.poll() is None]
+    busy = psutil.wait_procs(procs, timeout=warm_s)[1]
     if busy:
         time.sleep(max(0.0, 1.1 - warm_s))  # RQ ignores a second signal within a second
         for p in busy:
             family[p.pid] |= _descendants(p.pid)
             _signal(p.pid, signal.SIGTERM)
-        _wait_all(busy, cold_s)
-    for p in procs:
-        if p.poll() is None:
-            _signal(p.pid, signal.SIGKILL)
-        for child in family[p.pid]:  # a work-horse (own process group) left behind
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=10)
+        busy = psutil.wait_procs(busy, timeout=cold_s)[1]
+    _kill_orphans(set(busy).union(*family.values()))  # workers left, and work-horses left behind
 
 
 def _descendants(pid: int) -> set[psutil.Process]:
@@ -212,13 +217,6 @@ def _kill_orphans(family: set[psutil.Process], timeout_s: float = 5.0) -> None:
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-
-
-def _wait_all(procs: Sequence[subprocess.Popen], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def recover_interrupted_jobs(conn: redis.Redis, queues: Sequence[str] = (TUNE_QUEUE,)) -> list[str]:
@@ -435,21 +433,10 @@ class Orphans:
         return " and ".join(parts)
 
     def stop(self, warm_s: float = 10.0, cold_s: float = 15.0, redis_timeout_s: float = 10.0) -> None:
-        """Stop the workers as :func:`stop_worker_processes` does (warm, cold, then SIGKILL with
-        their work-horses), then the Redis (SIGTERM: it saves and flushes its AOF; SIGKILL after
+        """Stop the workers (:func:`stop_rq_workers`: warm, cold, then SIGKILL with their
+        work-horses), then the Redis (SIGTERM: it saves and flushes its AOF; SIGKILL after
         ``redis_timeout_s``)."""
-        procs = list(_still_running(set(self.workers)))
-        family = {p.pid: _descendants(p.pid) for p in procs}
-        for p in procs:
-            _signal(p.pid, signal.SIGTERM)
-        busy = psutil.wait_procs(procs, timeout=warm_s)[1]
-        if busy:
-            time.sleep(max(0.0, 1.1 - warm_s))  # RQ ignores a second signal within a second
-            for p in busy:
-                family[p.pid] |= _descendants(p.pid)
-                _signal(p.pid, signal.SIGTERM)
-            busy = psutil.wait_procs(busy, timeout=cold_s)[1]
-        _kill_orphans(set(busy).union(*family.values()) if family else set(busy))
+        stop_rq_workers(self.workers, warm_s, cold_s)
         if self.redis_server is not None:
             with contextlib.suppress(psutil.Error):
                 self.redis_server.terminate()
