@@ -408,6 +408,52 @@ print("good after bad measured:", ms[2].error_no == 0)
 EOF
   echo "rc=$?"
 
+  step "5e checked gathers on the GPU: an embedding with good ids, then a bad id; the runner's records for far/emb/far/emb"
+  timeout 120 "$PY" - <<'EOF'
+import os, numpy as np
+import scheduler_core as sc
+from scheduler_core import te
+from scheduler_core.dag.compute_dag import ComputeDAG
+from scheduler_core.dag.task import Task
+from scheduler_core.measure.data import MeasureInput
+from scheduler_core.measure.local_builder import LocalBuilder
+from scheduler_core.measure.local_runner import LocalRunner
+from scheduler_core.schedule.schedule_api import Schedule
+from scheduler_core.schedule.loop_state import State
+target = f"cuda -arch={os.environ['ARCH']}"
+V, D, N = 100, 64, 64
+def emb_dag(n=N):
+    W = te.placeholder((V, D), name="W"); ids = te.placeholder((n,), name="ids", dtype="int32")
+    return ComputeDAG([W, ids, te.compute((n, D), lambda i, j: W[ids[i], j], name="O")])
+def far_dag():
+    A = te.placeholder((200,), name="A"); Idx = te.placeholder((D,), name="Idx", dtype="int32")
+    return ComputeDAG([A, Idx, te.compute((D,), lambda i: A[Idx[i] * 100000], name="O")])
+def bound(dag):
+    s = Schedule.from_state(State.from_dag(dag)); out = dag.tensors[-1]; ax = s[out].op.axis
+    s[out].bind(ax[0], te.thread_axis("blockIdx.x" if len(ax) > 1 else "threadIdx.x"))
+    if len(ax) > 1: s[out].bind(ax[1], te.thread_axis("threadIdx.x"))
+    return s
+dag = emb_dag()
+mod = sc.build(bound(dag), list(dag.tensors), target)
+dev = sc.cuda(0); rng = np.random.default_rng(0)
+w = rng.random((V, D), dtype="float32"); k = rng.integers(0, V, N).astype("int32")
+W, K, O = sc.nd.array(w, dev), sc.nd.array(k, dev), sc.nd.array(np.zeros((N, D), "float32"), dev)
+mod(W, K, O); print("good ids: matches numpy:", np.allclose(O.numpy(), w[k]))
+k[5] = V; K = sc.nd.array(k, dev)
+try:
+    mod(W, K, O); O.numpy(); print("bad id: NO ERROR (not trapped?)")
+except Exception as err:
+    print("bad id:", type(err).__name__, str(err)[:200])
+inputs = [MeasureInput(Task.create(d, target), bound(d).state) for d in (far_dag(), emb_dag(), far_dag(), emb_dag())]
+with LocalBuilder(timeout_s=60) as b:
+    built = b.build(inputs)
+    print("builds:", [r.error_no for r in built])
+    with LocalRunner(timeout_s=60, number=3, repeat=1, min_repeat_ms=0, check_correctness=False) as r:
+        for k2, m in enumerate(r.run(inputs, built)):
+            print(f"runner candidate {k2} ({'far' if k2 % 2 == 0 else 'emb'}): error_no={m.error_no} {str(m.error_msg)[:160]}")
+EOF
+  echo "rc=$?"
+
   step "5c fork after CUDA init (what 'autosched worker --gpu N' + RQ's forking work horse do)"
   timeout 60 "$PY" - <<'EOF'
 import os
