@@ -9,6 +9,11 @@ data gives numpy's answer, whatever the schedule (vectorized, parallel, a tail, 
 
 from __future__ import annotations
 
+import inspect
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -28,7 +33,11 @@ from scheduler_core.measure.data import MeasureErrorNo, MeasureInput
 from scheduler_core.measure.local_builder import LocalBuilder
 from scheduler_core.measure.local_runner import LocalRunner
 from scheduler_core.schedule.loop_state import State
+from scheduler_core.schedule.schedule_api import Schedule
+from sketch_rules import generate_sketches, sample_init_population
+from tests import guard_pages
 from tests.guard_pages import next_to_guard_page
+from tests.sketch_rules.stub_policy import make_policy
 
 V, D, N = 100, 64, 64
 BAD = (V, -1, 10**6, -(10**6))  # one past the end, negative, far away both ways
@@ -207,3 +216,92 @@ def test_cuda_stops_the_kernel_on_a_bad_gathered_index():
     k[5] = V
     with pytest.raises(IndexOutOfBoundsError):
         emulate(mod.kernel_func, w, k, out)
+
+
+# The issue's three accepted gathers over A (200 elements), L outputs (enough for the sketches to
+# tile, vectorize and parallelize): (body, index dtype, good data, bad values)
+L = 1000
+ISSUE_GATHERS = {
+    "A[Idx[i] + 60]": (lambda A, I: lambda i: A[I[i] + 60], "int32", np.arange(L) % 140, [140, -61, 2**31 - 1]),
+    "A[Idx[i] * 100000]": (lambda A, I: lambda i: A[I[i] * 100000], "int32", np.zeros(L), [1, -1, 30000]),
+    "A[int(X[i] * 1000)]": (lambda A, I: lambda i: A[(I[i] * 1000.0).astype("int32")], "float32",
+                            (np.arange(L) % 200) / 1000.0 + 1e-4, [0.2, -0.001, 1e30]),
+}
+
+# Runs in a fresh interpreter with no project import: the exported library through ctypes, as its
+# header says, with A and the index tensor each against a PROT_NONE page (after, then before).
+ARTIFACT_SCRIPT = """
+import ctypes, json, sys
+import numpy as np
+{guard}
+lib_path, good, bad_values = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+f = ctypes.CDLL(lib_path).default_function
+f.restype, f.argtypes = ctypes.c_int32, [ctypes.c_void_p] * 3
+a0 = np.arange(200, dtype="float32")
+data0 = np.asarray(good, dtype=sys.argv[4])
+codes = []
+for at_end in (True, False):
+    keep = []
+    a = next_to_guard_page(a0, keep, at_end)
+    for values in [None, *bad_values]:
+        d = data0.copy()
+        if values is not None:
+            d[len(d) - 7] = values
+        d = next_to_guard_page(d, keep, at_end)
+        out = np.zeros(len(d), "float32")
+        codes.append(int(f(a.ctypes.data, d.ctypes.data, out.ctypes.data)))
+        if values is None:
+            codes.append(out.tolist())
+print(json.dumps(codes))
+"""
+
+
+@pytest.mark.parametrize("form", list(ISSUE_GATHERS))
+def test_the_issue_gathers_sampled_programs_and_artifacts_read_nothing_outside(form, tmp_path):
+    """The programs the search would measure for the issue's gathers (sampled from their sketch,
+    and vectorized with and without a tail, parallel), in this process and as an exported library run in a fresh
+    process with no project import, with each buffer against an inaccessible page: numpy's
+    answer for in-range data, INDEX_OUT_OF_BOUNDS (2) for each bad value, never a fault."""
+    body, dtype, good, bad_values = ISSUE_GATHERS[form]
+    A = te.placeholder((200,), name="A")
+    Idx = te.placeholder((L,), name="Idx", dtype=dtype)
+    dag = ComputeDAG([A, Idx, te.compute((L,), body(A, Idx), name="O")])
+    policy = make_policy(dag, seed=0)
+    states = sample_init_population(policy, generate_sketches(policy), 4, np.random.default_rng(0))
+    assert states
+    for factor in (8, 24):  # what mutations reach beside the sampled one: vectorized, with and without a tail
+        sch = Schedule.from_state(State.from_dag(dag))
+        out = dag.tensors[2]
+        io, ii = sch[out].split(sch[out].op.axis[0], factor=factor)
+        sch[out].vectorize(ii)
+        sch[out].parallel(io)
+        states.append(sch.state)
+    a = np.arange(200, dtype="float32")
+    data = np.asarray(good, dtype=dtype)
+    want = a[(data * 1000).astype("int32") if dtype == "float32" else
+             data * 100000 if "100000" in form else data + 60]
+    guard_source = inspect.getsource(guard_pages).split("\n\n\n", 1)[1]
+    script = ARTIFACT_SCRIPT.format(guard="import ctypes, mmap\n" + guard_source)
+    for k, state in enumerate(states):
+        mod = sc.build(state, list(dag.tensors), "llvm")
+        keep: list = []
+        for at_end in (True, False):
+            out = np.zeros(L, "float32")
+            mod(next_to_guard_page(a, keep, at_end), next_to_guard_page(data, keep, at_end), out)
+            np.testing.assert_allclose(out, want, rtol=1e-6, err_msg=str(state))
+            for v in bad_values:
+                d2 = data.copy()
+                d2[L - 7] = v
+                with pytest.raises(IndexOutOfBoundsError):
+                    mod(next_to_guard_page(a, keep, at_end), next_to_guard_page(d2, keep, at_end), out)
+        lib = tmp_path / f"gather{k}.so"
+        mod.export_library(lib)
+        run = subprocess.run([sys.executable, "-c", script, str(lib), json.dumps(data.tolist()),
+                              json.dumps(bad_values), dtype], capture_output=True, text=True, timeout=60,
+                             cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2"})
+        assert run.returncode == 0, run.stderr[-2000:]
+        codes = json.loads(run.stdout)
+        n = len(bad_values)
+        for side in (codes[: n + 2], codes[n + 2:]):
+            assert side[0] == 0 and side[2:] == [2] * n, (form, k, codes)
+            np.testing.assert_allclose(side[1], want, rtol=1e-6)
