@@ -408,7 +408,7 @@ print("good after bad measured:", ms[2].error_no == 0)
 EOF
   echo "rc=$?"
 
-  step "5e checked gathers on the GPU: an embedding with good ids, then a bad id; the runner's records for far/emb/far/emb"
+  step "5e checked gathers on the GPU (clamp-and-flag): an embedding with good ids, a bad id (launched and timed), good ids again; the runner's records for far/emb/far/emb"
   timeout 120 "$PY" - <<'EOF'
 import os, numpy as np
 import scheduler_core as sc
@@ -439,11 +439,17 @@ dev = sc.cuda(0); rng = np.random.default_rng(0)
 w = rng.random((V, D), dtype="float32"); k = rng.integers(0, V, N).astype("int32")
 W, K, O = sc.nd.array(w, dev), sc.nd.array(k, dev), sc.nd.array(np.zeros((N, D), "float32"), dev)
 mod(W, K, O); print("good ids: matches numpy:", np.allclose(O.numpy(), w[k]))
+good = K
 k[5] = V; K = sc.nd.array(k, dev)
 try:
-    mod(W, K, O); O.numpy(); print("bad id: NO ERROR (not trapped?)")
+    mod(W, K, O); O.numpy(); print("bad id: NO ERROR (not flagged?)")
 except Exception as err:
     print("bad id:", type(err).__name__, str(err)[:200])
+try:
+    mod.time_evaluator(mod.entry_name, dev, number=5)(W, K, O); print("bad id, timed: NO ERROR (not flagged?)")
+except Exception as err:
+    print("bad id, timed:", type(err).__name__, str(err)[:80])
+mod(W, good, O); print("good ids again, same process: matches numpy:", np.allclose(O.numpy(), w[good.numpy()]))
 inputs = [MeasureInput(Task.create(d, target), bound(d).state) for d in (far_dag(), emb_dag(), far_dag(), emb_dag())]
 with LocalBuilder(timeout_s=60) as b:
     built = b.build(inputs)

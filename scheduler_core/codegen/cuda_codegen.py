@@ -319,7 +319,9 @@ def cuda_source(func: T.PrimFunc, target=None) -> str:
                         f"CUDA's / and % truncate towards zero")
             head.append(FLOOR_HELPERS[group])
     if "checked" in helpers:
-        head.append("// checked_index: a gathered index outside its tensor stops the kernel (__trap)")
+        head.append("// checked_index: a gathered index outside its tensor reads element 0 and sets bit 2 "
+                    "(INDEX_OUT_OF_BOUNDS) of autosched_status, which the host clears before its launches and "
+                    "reads after them")
         head.append(FLOOR_HELPERS["checked"])
     return "\n".join(head) + "\n\n" + "\n\n".join(bodies) + "\n"
 

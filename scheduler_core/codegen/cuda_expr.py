@@ -26,13 +26,16 @@ from .cuda_kernels import CudaKernel, gpu_dims
 from .cuda_literals import c_type, float_literal, int_literal
 from .cuda_names import CNames
 
-__all__ = ["CudaExprPrinter", "FLOOR_HELPERS"]
+__all__ = ["CudaExprPrinter", "FLOOR_HELPERS", "STATUS_SYMBOL"]
 
 C_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 C_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # C text of the helpers, per group: floor division / modulo ("i32": int, "i64": long long), and
-# "checked": a gathered index (CheckedIndex) outside [0, n) stops the kernel with __trap()
-# (a launch error the host sees) instead of reading outside the buffer.
+# "checked": a gathered index (CheckedIndex) outside [0, n) reads element 0 instead and sets the
+# INDEX_OUT_OF_BOUNDS bit (2) of the module's status word STATUS_SYMBOL, which the host clears
+# before and reads after its launches (clamp-and-flag, as the CPU code: no read outside a buffer,
+# and the context stays usable, unlike a __trap()).
+STATUS_SYMBOL = "autosched_status"
 FLOOR_HELPERS = {
     "i32": """\
 __host__ __device__ __forceinline__ int floordiv_i32(int a, int b) {
@@ -55,8 +58,12 @@ __host__ __device__ __forceinline__ long long floormod_i64(long long a, long lon
   return (r != 0 && ((r ^ b) < 0)) ? r + b : r;
 }""",
     "checked": """\
+extern "C" { __device__ unsigned int autosched_status; }
 __device__ __forceinline__ long long checked_index(long long v, long long n) {
-  if ((unsigned long long)v >= (unsigned long long)n) __trap();
+  if ((unsigned long long)v >= (unsigned long long)n) {
+    autosched_status = 2u;
+    return 0;
+  }
   return v;
 }""",
 }

@@ -18,6 +18,7 @@ from scheduler_core.ir import expr as E
 from scheduler_core.ir import tir as T
 
 from .cuda_codegen import print_kernel
+from .cuda_expr import STATUS_SYMBOL
 from .cuda_kernels import dim_value, program_kernels
 from .cuda_names import assign_symbols
 
@@ -34,11 +35,15 @@ def launch_description(func: T.PrimFunc) -> dict:
     order) its symbol, grid, block, ``shared_bytes`` (all its shared buffers),
     ``dynamic_shared_bytes`` (0, or the dynamic shared memory the launch must ask for when
     ``shared_bytes`` exceeds the 48 KiB of static shared memory) and arguments.  ``grid``/``block``
-    entries are ints, or expression strings of the scalar params."""
+    entries are ints, or expression strings of the scalar params.  ``status_symbol``: the name of
+    the ``__device__`` uint32 status word the kernels set bits of (bit 2: a gathered index was out
+    of range and read as 0), to be cleared before the launches and read after them; None when
+    the kernels have no run-time check."""
     kernels, intermediates = program_kernels(func)
     assign_symbols(kernels)
+    helpers: set = set()
     for k in kernels:  # the C type of each scalar argument (an int32 host value may need 64 bits)
-        print_kernel(k, func, bool(func.attrs.get("fast_math")), set(), set())
+        print_kernel(k, func, bool(func.attrs.get("fast_math")), helpers, set())
     params = list(func.params)
 
     def buf_json(b: T.Buffer) -> dict:
@@ -76,6 +81,8 @@ def launch_description(func: T.PrimFunc) -> dict:
         "intermediates": [buf_json(b) for b in intermediates],
         "fast_math": bool(func.attrs.get("fast_math")),
         "kernels": out_kernels,
+        # the __device__ uint32 the kernels set bits of (2: a gathered index was out of range), or None
+        "status_symbol": STATUS_SYMBOL if "checked" in helpers else None,
     }
 
 

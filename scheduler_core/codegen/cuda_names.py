@@ -23,7 +23,7 @@ __all__ = ["RESERVED", "CNames", "assign_symbols"]
 RESERVED = frozenset(
     "threadIdx blockIdx blockDim gridDim warpSize half half2 __half nv_bfloat16 float2 float4 "
     "make_float2 make_float4 int2 int4 double2 min max abs llabs fminf fmaxf fmin fmax powf pow "
-    "floordiv_i32 floormod_i32 floordiv_i64 floormod_i64 main std "
+    "floordiv_i32 floormod_i32 floordiv_i64 floormod_i64 checked_index autosched_status main std "
     "class new delete this template typename namespace using private public protected operator "
     "virtual friend try catch throw explicit mutable export and or not xor bitand bitor compl "
     "and_eq or_eq xor_eq not_eq wchar_t char8_t char16_t char32_t decltype noexcept concept "

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler_core.base.errors import DeviceRuntimeError
+from scheduler_core.base.errors import DeviceRuntimeError, check_return_code
 from scheduler_core.base.target import HardwareParams, Target
 
 _LOCK = threading.Lock()
@@ -220,11 +220,21 @@ class LaunchSequence:
     switch, no allocation, no synchronisation.  ``enqueue()`` must run with the device's
     context current (inside :func:`device_context`, as :func:`time_launches` does); calling the
     sequence makes it current, enqueues and waits.  KeyError when a kernel is not in ``functions``.
+
+    ``status_symbol``: the module's ``__device__`` uint32 status word (the launch description's
+    ``status_symbol``), or None.  Calling the sequence clears it first and reads it after the
+    wait; a nonzero word raises as the CPU code's return code does (``check_return_code``:
+    IndexOutOfBoundsError for bit 2).  ``clear_status`` / ``check_status`` do the same around
+    enqueued launches (``time_launches``).
     """
 
     def __init__(self, functions: dict[str, Any], calls: Sequence[KernelCall], index: int = 0,
-                 keep: Sequence[Any] = ()):
-        self.index, self._keep = index, list(keep)
+                 keep: Sequence[Any] = (), status_symbol: str | None = None, name: str = "kernels"):
+        self.index, self._keep, self.name = index, list(keep), name
+        self._status: int | None = None
+        if status_symbol:
+            with device_context(index):
+                self._status = int(functions["__module__"].get_global(status_symbol)[0])
         self._steps: list[tuple[Any, tuple, tuple, list, int]] = []
         for c in calls:
             fn = functions[c.symbol]
@@ -253,12 +263,30 @@ class LaunchSequence:
             fn.prepared_async_call(grid, block, None, *raw, shared_size=shared)
 
     def __call__(self) -> None:
-        """Launch every kernel and wait for the last; a fault in any of them raises here."""
+        """Launch every kernel and wait for the last; a fault in any of them, or a bit set in the
+        status word, raises here."""
         if not self._steps:
             return
         with device_context(self.index) as drv:
+            self.clear_status()
             self.enqueue()
             drv.Context.synchronize()
+            self.check_status()
+
+    def clear_status(self) -> None:
+        """Zero the status word (no-op without one)."""
+        if self._status is not None:
+            with device_context(self.index) as drv:
+                drv.memset_d32(self._status, 0, 1)
+
+    def check_status(self) -> None:
+        """Read the status word after the launches (waits for them; no-op without one) and raise
+        for a nonzero word."""
+        if self._status is not None:
+            word = np.zeros(1, np.uint32)
+            with device_context(self.index) as drv:
+                drv.memcpy_dtoh(word, self._status)
+            check_return_code(self.name, int(word[0]))
 
 
 def time_launches(run, number: int, repeat: int, min_repeat_ms: float, index: int = 0) -> list[float]:

@@ -200,7 +200,9 @@ class CudaModule:
 
         def evaluator(*args) -> ProfileResult:
             launches = self._launcher(args)
+            launches.clear_status()
             results = time_launches(launches.enqueue, number, repeat, min_repeat_ms, dev.index)
+            launches.check_status()  # a gathered index out of range in any timed call raises
             return ProfileResult(float(np.mean(results)), tuple(results))
         return evaluator
 
@@ -240,7 +242,8 @@ class CudaModule:
         plan = plan_host(self.kernel_func, self.launch["kernels"], bound)
         if not plan.calls:
             return LaunchSequence({}, [], dev_index)
-        return prepare_host(plan, self._load(dev_index), buffers, dev_index)
+        return prepare_host(plan, self._load(dev_index), buffers, dev_index, self.launch.get("status_symbol"),
+                            self.entry_name)
 
     def _check_no_aliasing(self, buffers: dict) -> None:
         """RuntimeArgumentError when two parameters share device memory and a kernel writes
@@ -395,16 +398,19 @@ def plan_host(func: T.PrimFunc, kernels_desc: list, bound: dict) -> HostPlan:
     return HostPlan(tuple(calls), tuple(allocations))
 
 
-def prepare_host(plan: HostPlan, functions: dict, buffers: dict, index: int) -> LaunchSequence:
+def prepare_host(plan: HostPlan, functions: dict, buffers: dict, index: int, status_symbol: str | None = None,
+                 name: str = "kernels") -> LaunchSequence:
     """The launches of ``plan`` bound to device memory: ``buffers`` (parameter name ->
     DeviceBuffer) and a new DeviceBuffer for each intermediate, allocated here once; the
-    returned LaunchSequence owns them.  KeyError when a kernel is missing from ``functions``."""
+    returned LaunchSequence owns them and checks the module's ``status_symbol`` word (named
+    ``name`` in its errors).  KeyError when a kernel is missing from ``functions``."""
     memory = dict(buffers)
     for name, shape, dtype in plan.allocations:
         memory[name] = DeviceBuffer(shape, dtype, index)
     calls = [dataclasses.replace(c, args=tuple(memory[a[1]] if isinstance(a, tuple) else a for a in c.args))
              for c in plan.calls]
-    return LaunchSequence(functions, calls, index, keep=list(memory.values()))
+    return LaunchSequence(functions, calls, index, keep=list(memory.values()), status_symbol=status_symbol,
+                          name=name)
 
 
 def run_host(func: T.PrimFunc, kernels_desc: list, functions: dict, buffers: dict, bound: dict,
