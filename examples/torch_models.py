@@ -13,7 +13,8 @@ The models are written in plain torch (no torchvision):
 
 For each: ``frontend.from_pytorch`` -> ``extract_tasks`` -> ``TaskScheduler.tune`` (records in a
 temporary log) -> ``build_graph`` untuned and under ``ApplyHistoryBest``; prints the max
-relative error against torch and the latencies beside torch eager.  ``MODELS[name]`` is
+relative error against torch and the latencies beside torch eager, both at the thread count
+of the tuned programs (``torch.set_num_threads``), timed one after the other in this process.  ``MODELS[name]`` is
 ``(constructor, example_inputs)``; both take the sizes as keywords (``SMALL[name]`` are the
 tiny sizes the tests use).
 """
@@ -35,6 +36,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(ROOT))
 
 import scheduler_core as sc  # noqa: E402  (after the sys.path line above)
+from scheduler_core.codegen.parallel import default_num_threads  # noqa: E402
 from scheduler_core.frontend import from_pytorch  # noqa: E402
 
 
@@ -177,9 +179,17 @@ def tune_model(graph, trials_per_task: int, log: str, target: str = "llvm", **op
     return sched, time.perf_counter() - t0
 
 
+def speed_text(ours_s: float, theirs_s: float) -> str:
+    """``"1.30x faster"`` / ``"2.00x slower"``: our time beside theirs."""
+    ratio = theirs_s / ours_s
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+
+
 def main(argv: list) -> None:
     trials = int(argv[0]) if argv else 16
     names = argv[1:] or list(MODELS)
+    threads = default_num_threads()  # what the tuned programs' parallel loops use
+    torch.set_num_threads(threads)  # torch eager at the same thread count
     for name in names:
         module, xs, graph = load(name)
         with torch.no_grad():
@@ -203,8 +213,9 @@ def main(argv: list) -> None:
         print(f"{name}: {len(graph.calls)} calls, {len(sched.tasks)} tasks (weights {weights}), "
               f"{trials} trials/task, tuning {wall:.0f} s")
         print(f"  max rel error vs torch {max_rel_error(got, want):.2e}")
-        print(f"  untuned {t_untuned * 1e3:.3f} ms   tuned {t_tuned * 1e3:.3f} ms   "
-              f"torch eager {t_torch * 1e3:.3f} ms   (tuned/torch speed {t_torch / t_tuned:.2f}x)")
+        print(f"  at {threads} thread(s) each (torch.get_num_threads() = {torch.get_num_threads()}): "
+              f"untuned {t_untuned * 1e3:.3f} ms   tuned {t_tuned * 1e3:.3f} ms   "
+              f"torch eager {t_torch * 1e3:.3f} ms   (tuned is {speed_text(t_tuned, t_torch)} than torch eager)")
 
 
 if __name__ == "__main__":

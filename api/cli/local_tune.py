@@ -3,7 +3,8 @@
     DAG file --RedisStore.create_task_with_job--> task + job (embedded Redis of --data-dir)
       --supervised RQ worker processes (their output: <data dir>/logs/worker.log)--> records
       --> progress bar (stderr) --> --out/records.json, best_schedule.py, best.so/.h/.ll,
-          best_record.json --> "best ... after N trials; numpy reference evaluator ...: 1.96x faster"
+          best_record.json --> "best ... after N trials; timed here at T threads: tuned ..., numpy ...,
+          torch ..." (the best rebuilt and timed in this process beside numpy and torch)
 
 ``--resume`` imports ``--out/records.json`` first (records of states already stored are skipped),
 so the search measures only new states; the final line says how many trials were reused.
@@ -38,7 +39,7 @@ from .errors import SERVICE_EXIT, CliError, one_line, read_dag
 from .options import DataDir, RedisUrl, tuning_flags
 from .progress import follow, log_to_console, worker_output_to
 from .schedule_script import schedule_script
-from .summary import early_end_reason, final_line, numpy_reference_time
+from .summary import compare_here, early_end_reason, final_line
 
 RECORDS_FILE = "records.json"
 
@@ -87,7 +88,7 @@ def tune(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file (
     """Tune one workload through the queue: task -> RQ job -> worker process -> records in Redis.
 
     The progress bar shows the phase, trials, an ETA and the best so far; worker logs go to
-    <data dir>/logs/worker.log.  The last line compares the best with numpy's time.
+    <data dir>/logs/worker.log.  The last line compares the best with numpy and torch, timed in this process.
     """
     _, dag = read_dag(workload)
     target = str(Target.parse(target))  # InvalidTargetError names the allowed values (exit 2)
@@ -131,8 +132,8 @@ def tune(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file (
     reason = early_end_reason(job, distinct, task.tuning.get("early_stopping"))
     if reason:
         typer.echo(reason)
-    numpy_s, why = numpy_reference_time(dag)
-    typer.echo(final_line(best["cost_s"], best["gflops"], int(job["trials_done"]) + reused, numpy_s, why, reused))
+    comparison = compare_here(dag, target, best["steps"])
+    typer.echo(final_line(best["cost_s"], best["gflops"], int(job["trials_done"]) + reused, comparison, reused))
 
 
 def _run_workers(store: RedisStore, task_id: str, job_id: str, data_dir, log_level: str) -> dict:

@@ -46,13 +46,13 @@ from workers.redis_conn import (
     stop_embedded,
 )
 
-from ..client import Client
+from ..client import ApiError, Client
 from ..main import create_app
 from ..settings import Settings
 from .errors import SERVICE_EXIT, CliError, one_line, read_json
 from .options import DEFAULT_SERVER, DataDir, RedisUrl, Server, Token, parse_duration, tuning_flags
 from .progress import follow, log_to_console, stderr_console
-from .summary import early_end_reason, final_line, numpy_reference_time
+from .summary import compare_here, early_end_reason, final_line
 
 Trials = Annotated[int, typer.Option(min=1, help="programs to measure")]
 Wait = Annotated[bool, typer.Option(help="follow the job until it ends")]
@@ -144,8 +144,9 @@ def follow_remote(c: Client, job_id: str, poll_s: float = 0.5) -> dict:
 
 
 def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict) -> None:
-    """The end of ``submit --wait``: why it stopped early (if it did) and the best beside numpy's
-    time for the DAG file (evaluated here).  CliError (exit 1) for a job that did not finish."""
+    """The end of ``submit --wait``: why it stopped early (if it did) and the best, rebuilt here from
+    its record, timed beside the numpy and torch baselines of the DAG file (``compare_here``).
+    CliError (exit 1) for a job that did not finish."""
     if job["state"] != JobState.finished.value:
         raise CliError(f"job {job['job_id']} {job['state']}: {one_line(job.get('error') or '')}".rstrip(": "),
                        SERVICE_EXIT)
@@ -157,10 +158,11 @@ def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict) -> 
     if reason:
         typer.echo(reason)
     try:
-        numpy_s, why = numpy_reference_time(ComputeDAG.from_json(dag_value))
-    except SchedulerCoreError as err:
-        numpy_s, why = None, one_line(err)
-    typer.echo(final_line(float(job["best_cost_s"]), job.get("best_gflops"), int(job["trials_done"]), numpy_s, why))
+        steps = c.best(job["task_id"]).get("steps")
+        comparison = compare_here(ComputeDAG.from_json(dag_value), str(c.task(job["task_id"])["target"]), steps)
+    except (SchedulerCoreError, ApiError) as err:
+        comparison = f"not timed here: {one_line(err)}"
+    typer.echo(final_line(float(job["best_cost_s"]), job.get("best_gflops"), int(job["trials_done"]), comparison))
 
 
 @tuning_flags

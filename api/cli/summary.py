@@ -1,65 +1,39 @@
-"""What the command line says when a tuning ends: the best beside numpy, and why a search stopped early.
+"""What the command line says when a tuning ends: the best beside what a user would otherwise call,
+and why a search stopped early.
 
-    numpy_reference_time(dag)   median seconds of the library's numpy reference evaluator
-                                (scheduler_core.dag.reference.evaluate, the check every measured
-                                program passes) on random inputs of the DAG's shapes and dtypes
-    final_line(...)             "best 1.23 ms (215.4 GFLOP/s) after 64 trials; numpy reference evaluator
-                                2.41 ms: 1.96x faster"
-    early_end_reason(...)       why a finished job measured fewer trials than asked, or None
+    compare_here(dag, target, steps)   "timed here at 2 threads: tuned 18.5 ms; numpy out = (A @ B) + C
+                                       15.6 ms (tuned 1.19x slower); torch out = torch.addmm(C, A, B) ..."
+                                       (the best program rebuilt from its steps and the numpy / torch
+                                       baselines of scheduler_core.measure.baseline, all timed in this
+                                       process on the same inputs at the same thread count)
+    final_line(...)                    "best 1.23 ms (215.4 GFLOP/s) after 64 trials; <compare_here>"
+    early_end_reason(...)              why a finished job measured fewer trials than asked, or None
+
+The reference evaluator (scheduler_core.dag.reference) checks every measured program; it is not a
+speed baseline and is never compared with here.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-
-from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
-from scheduler_core.dag.reference import evaluate
-from scheduler_core.measure.local_runner import arg_specs, random_inputs
+from scheduler_core.measure.baseline import compare_tuned
 
 from .progress import format_gflops, format_seconds
 
 
-def numpy_reference_time(dag: ComputeDAG, repeats: int = 5, budget_s: float = 3.0) -> tuple[float | None, str]:
-    """``(median seconds, "")`` of evaluating ``dag`` with numpy, or ``(None, why)`` when it cannot.
-
-    Inputs are the measurement's random inputs (``random_inputs`` of the DAG's argument shapes
-    and dtypes).  Runs up to ``repeats`` times, stopping once ``budget_s`` seconds are spent
-    (at least once).
-    """
-    try:
-        inputs = random_inputs(arg_specs(list(dag.tensors)))
-    except ValueError as err:  # a symbolic shape
-        return None, str(err)
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < repeats and (not times or spent < budget_s):
-        t0 = time.perf_counter()
-        try:
-            evaluate(dag, inputs)
-        except (SchedulerCoreError, ValueError, ArithmeticError, MemoryError) as err:
-            return None, f"{type(err).__name__}: {err}"
-        times.append(time.perf_counter() - t0)
-        spent += times[-1]
-    return statistics.median(times), ""
+def compare_here(dag: ComputeDAG, target: str, steps: list | None, repeats: int = 7, budget_s: float = 2.0) -> str:
+    """``compare_tuned``'s line: the best program (``steps``) beside numpy and torch, timed here."""
+    return compare_tuned(dag, target, steps, repeats=repeats, budget_s=budget_s)
 
 
-def final_line(cost_s: float, gflops: float | None, trials: int, numpy_s: float | None, numpy_why: str = "",
-               reused: int = 0) -> str:
-    """The last line of a tuning: the best latency and GFLOP/s, the trials, numpy's time and the
-    speed-up (``reused`` of the ``trials`` came from earlier runs)."""
+def final_line(cost_s: float, gflops: float | None, trials: int, comparison: str, reused: int = 0) -> str:
+    """The last line of a tuning: the best latency and GFLOP/s as measured in the search, the
+    trials (``reused`` of them from earlier runs), then ``comparison`` (:func:`compare_here`)."""
     flops = f" ({format_gflops(gflops)} GFLOP/s)" if gflops else ""
     trials_text = f"{trials} trial{'s' if trials != 1 else ''}"
     if reused:
         trials_text += f" ({reused} reused, {trials - reused} new)"
-    line = f"best {format_seconds(cost_s)}{flops} after {trials_text}; "
-    if numpy_s is None:
-        return line + f"numpy reference evaluator unavailable ({numpy_why})"
-    ratio = numpy_s / cost_s
-    verdict = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower than numpy"
-    # the library's numpy evaluator of the DAG (loop-free numpy, not a BLAS call per op)
-    return line + f"numpy reference evaluator {format_seconds(numpy_s)}: {verdict}"
+    return f"best {format_seconds(cost_s)}{flops} after {trials_text}; {comparison}"
 
 
 def early_end_reason(job: dict, distinct_states: int, early_stopping: int | None) -> str | None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 
+import pytest
 from rich.console import Console
 
 from api.cli.progress import EtaEstimator, JobProgress, best_text, eta_text, log_to_console, phase_text
-from api.cli.summary import early_end_reason, final_line, numpy_reference_time
+from api.cli.summary import compare_here, early_end_reason, final_line
 from scheduler_core.dag.compute_dag import ComputeDAG
 from tests.workloads import matmul_add
 
@@ -65,11 +67,9 @@ def test_logging_goes_above_the_bar_at_warning_only():
 
 
 def test_final_line_and_early_end_reason():
-    assert final_line(1.23e-3, 215.43, 64, 2.41e-3) == \
-        "best 1.23 ms (215.4 GFLOP/s) after 64 trials; numpy reference evaluator 2.41 ms: 1.96x faster"
-    assert final_line(1e-3, 10.0, 8, 0.5e-3, reused=4) == \
-        "best 1 ms (10.0 GFLOP/s) after 8 trials (4 reused, 4 new); " \
-        "numpy reference evaluator 500 us: 2.00x slower than numpy"
+    assert final_line(1.23e-3, 215.43, 64, "timed here ...") == \
+        "best 1.23 ms (215.4 GFLOP/s) after 64 trials; timed here ..."
+    assert final_line(1e-3, 10.0, 8, "x", reused=4) == "best 1 ms (10.0 GFLOP/s) after 8 trials (4 reused, 4 new); x"
     job = {"state": "finished", "trials_done": 1, "trials_total": 8}
     assert early_end_reason(job, 1, None).startswith("the search space of this DAG has a single state")
     assert "only the 5 distinct states" in early_end_reason({**job, "trials_done": 5}, 5, None)
@@ -78,6 +78,13 @@ def test_final_line_and_early_end_reason():
     assert early_end_reason({**job, "state": "cancelled"}, 1, None) is None
 
 
-def test_numpy_reference_time_of_a_dag():
-    seconds, why = numpy_reference_time(ComputeDAG(matmul_add(16, 16, 16)), repeats=3)
-    assert why == "" and 0 < seconds < 5
+def test_compare_here_times_the_program_and_the_baselines_in_this_process():
+    """The program rebuilt from its steps (none here: the naive loops) beside numpy's and torch's
+    formulations, at the target's thread count; no CPU baseline for a cuda target."""
+    pytest.importorskip("torch")
+    dag = ComputeDAG(matmul_add(16, 16, 16))
+    text = compare_here(dag, "llvm -num-cores=1", [], repeats=1, budget_s=0.1)
+    assert re.fullmatch(r"timed here at 1 thread: tuned [\d.]+ (us|ms); numpy out = \(A @ B\) \+ C [\d.]+ (us|ms) "
+                        r"\(tuned [\d.]+x (faster|slower)\); torch out = torch.addmm\(C, A, B\) [\d.]+ (us|ms) "
+                        r"\(tuned [\d.]+x (faster|slower)\)", text), text
+    assert compare_here(dag, "cuda", []) == "no CPU baseline for a cuda target"
