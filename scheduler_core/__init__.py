@@ -71,14 +71,21 @@ LAZY_NAMES = {
 }
 
 
-# Subpackages above the search floor, imported on first attribute use (``sc.autotvm``).
-LAZY_SUBPACKAGES = ("autotvm", "frontend")
+# Modules above the search floor, imported on first attribute use (``sc.autotvm``,
+# ``sc.auto_scheduler``; TVM's ``tvm.relax`` and ``tvm.meta_schedule`` are the whole-model floor's).
+LAZY_MODULES = {
+    "autotvm": "scheduler_core.autotvm",
+    "frontend": "scheduler_core.frontend",
+    "auto_scheduler": "scheduler_core.auto_scheduler",
+    "relax": "scheduler_core.graph.relax",
+    "meta_schedule": "scheduler_core.graph.meta_schedule",
+}
 
 
 def __getattr__(name: str):
-    if name in LAZY_SUBPACKAGES:
+    if name in LAZY_MODULES:
         import importlib  # deferred: see LAZY_NAMES
-        return importlib.import_module(f"scheduler_core.{name}")
+        return importlib.import_module(LAZY_MODULES[name])
     if name in LAZY_NAMES:
         import importlib  # deferred: see LAZY_NAMES
         return getattr(importlib.import_module(LAZY_NAMES[name]), name)
@@ -93,5 +100,5 @@ __all__ = [
     "nd", "cpu", "cuda", "device", "context", "load_module",
     "BuildError", "DeviceRuntimeError", "InvalidWorkloadError", "LoweringError",
     "RecordFormatError", "RuntimeArgumentError", "ScheduleError", "SchedulerCoreError",
-    *LAZY_NAMES,
+    *LAZY_NAMES, *LAZY_MODULES,
 ]

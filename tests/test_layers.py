@@ -43,6 +43,7 @@ LAYERS = (
     ("autotvm", ("scheduler_core.autotvm",), "template tuning: knobs, config spaces, tuners (seed 003)"),
     ("graph", ("scheduler_core.graph",), "a model as a graph of functions, its tasks, build_graph (seed 002)"),
     ("frontend", ("scheduler_core.frontend",), "model import (PyTorch -> graph)"),
+    ("auto_scheduler", ("scheduler_core.auto_scheduler",), "TVM's auto_scheduler namespace (names gathered)"),
     ("workers", ("workers",), "Redis store, RQ jobs, queues, worker processes"),
     ("api", ("api",), "FastAPI app, HTTP client, the command line"),
 )
@@ -315,14 +316,16 @@ TEST_FOLDERS_BEYOND_PACKAGES = {
 
 def test_tests_mirror_the_packages():
     """tests/scheduler_core/<floor>/ for a floor of scheduler_core; end-to-end tests through the
-    facade (seeds, random schedules, multi-output, zero-rank) sit in tests/scheduler_core itself."""
+    facade (seeds, TVM's spelling, random schedules, multi-output, zero-rank) sit in
+    tests/scheduler_core itself."""
     floors = {p.name for p in (ROOT / "scheduler_core").iterdir() if (p / "__init__.py").exists()}
     folders = {p.name for p in (ROOT / "tests" / "scheduler_core").iterdir()
                if p.is_dir() and (p / "__init__.py").exists()}
     strays = folders - floors - set(TEST_FOLDERS_BEYOND_PACKAGES)
     assert not strays, f"test folders that mirror no package of scheduler_core: {sorted(strays)}"
     top = sorted(p.name for p in (ROOT / "tests" / "scheduler_core").glob("test_*.py"))
-    assert top == ["test_multi_output.py", "test_random_schedules.py", "test_seeds.py", "test_zero_rank.py"], top
+    assert top == ["test_multi_output.py", "test_random_schedules.py", "test_seeds.py", "test_tvm_spelling.py",
+                   "test_zero_rank.py"], top
 
 
 if __name__ == "__main__":

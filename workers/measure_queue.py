@@ -73,7 +73,10 @@ def measure_job(task_id: str, batch: list, timeout_s: float = 10.0, min_repeat_m
 
 
 class QueueBuilder:
-    """The builder half of queue measurement: building happens on the measurement worker."""
+    """The builder half of queue measurement: building happens on the measurement worker.
+    ``n_parallel``: what the search's measurer sizes its chunks by (one queue job per chunk)."""
+
+    n_parallel = 4
 
     def build(self, inputs, verbose: int = 0) -> list:
         return [BuildResult("", (), int(MeasureErrorNo.NO_ERROR), "", 0.0) for _ in inputs]

@@ -1,7 +1,16 @@
-"""``autosched records import|export``: move records between files and Redis / the service.
+"""``autosched records ...``: record files on their own, and between files and Redis / the service.
 
+    records show FILE                                   one row per workload and target: records,
+                                                        errors, the best median latency
+    records best FILE [--workload KEY] [--target T]     the best record: latency, the schedule as
+                                                        Python (TVM's ``print_best``), its line
+    records distill FILE OUT                            keep the best record per workload and target
+                                                        (TVM's ``distill_record_file``)
     records import FILE.jsonl [--dag DAG.json | --workload MODULE]   ours or TVM's v0.6 logs
     records export TASK_ID out.jsonl [--format tvm --dag DAG.json]
+
+``show``, ``best`` and ``distill`` read a local file (what ``RecordToFile`` wrote, or a TVM log with
+``--dag``) and need no service.
 
 A file that cannot be read or a record the library rejects ends the command with one
 ``error: ...`` line and exit 1.
@@ -16,10 +25,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from scheduler_core.base.errors import RecordFormatError, SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
-from scheduler_core.measure.record import RECORD_FORMATS, RawRecord, parse_line, tvm_line_of
+from scheduler_core.measure.record import RECORD_FORMATS, DagLine, RawRecord, parse_line, tvm_line_of
+from scheduler_core.measure.record_file import distill, iter_lines, load_best_record
+from scheduler_core.schedule.schedule_printer import state_to_python
 from workers.redis_conn import get_connection
 from workers.store import RedisStore, import_record_file
 
@@ -27,7 +40,7 @@ from ..client import Client
 from .errors import SERVICE_EXIT, CliError, one_line
 from .options import DEFAULT_SERVER, RedisUrl, Server, Token
 
-records_app = typer.Typer(help="move records between files and Redis")
+records_app = typer.Typer(help="record files: show, best, distill; import into Redis, export from the service")
 
 
 def _fail(message: str) -> CliError:
@@ -125,3 +138,67 @@ def record_of(line: str, lineno: int) -> RawRecord:
     if not isinstance(raw, RawRecord):
         raise RecordFormatError("not a measurement record", lineno)
     return raw
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms"
+
+
+@records_app.command("show")
+def records_show(path: Path) -> None:
+    """One row per workload and target of a record file: records, errors, best median latency."""
+    rows: dict = {}
+    try:
+        for item in iter_lines(path):
+            if isinstance(item, DagLine):
+                continue
+            row = rows.setdefault((item.workload_key, " ".join(item.target.split())), [0, 0, None])
+            row[0] += 1
+            if item.cost is None:
+                row[1] += 1
+            elif row[2] is None or item.median_cost < row[2]:
+                row[2] = item.median_cost
+    except (OSError, SchedulerCoreError) as err:
+        raise _fail(one_line(err)) from None
+    table = Table(title=f"{path}: {sum(r[0] for r in rows.values())} records")
+    for col in ("workload_key", "target", "records", "errors", "best (median)"):
+        table.add_column(col)
+    for (key, target), (n, errors, best) in rows.items():
+        table.add_row(key, target, str(n), str(errors), _ms(best) if best is not None else "-")
+    Console(width=160).print(table)
+
+
+@records_app.command("best")
+def records_best(path: Path,
+                 workload: Annotated[str | None, typer.Option(
+                     "--workload", help="only this workload_key (default: the best of any)")] = None,
+                 target: Annotated[str | None, typer.Option("--target", help="only this target")] = None,
+                 dag: Annotated[list[Path], typer.Option(
+                     "--dag", help="a ComputeDAG JSON file resolving TVM records (repeatable)")] = [],  # noqa: B006
+                 ) -> None:
+    """The best record of a file: its median latency, the schedule as Python (TVM's
+    ``print_best``) and the record line."""
+    dags = {d.workload_key: d for d in (read_dag_option(p) for p in dag)}
+    try:
+        found = load_best_record(path, workload, target, dags=dags)
+    except (OSError, SchedulerCoreError) as err:
+        raise _fail(one_line(err)) from None
+    if found is None:
+        what = " and ".join(f"{k} {v}" for k, v in (("workload", workload), ("target", target)) if v)
+        raise _fail(f"{path}: no successful record" + (f" of {what}" if what else ""))
+    inp, res = found
+    costs = sorted(res.costs)
+    typer.echo(f"best {_ms(costs[len(costs) // 2])} (median of {len(costs)}) for workload "
+               f"{inp.task.workload_key} on {inp.task.target}")
+    typer.echo(state_to_python(inp.state).rstrip())
+
+
+@records_app.command("distill")
+def records_distill(path: Path, out: Path) -> None:
+    """Keep only the best record per workload and target (TVM's ``distill_record_file``); records
+    already in OUT take part too."""
+    try:
+        kept = distill(path, out)
+    except (OSError, SchedulerCoreError) as err:
+        raise _fail(one_line(err)) from None
+    typer.echo(f"wrote {out}: {kept} record(s), the best per workload and target")

@@ -215,6 +215,10 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
                  time: Annotated[str | None, typer.Option(
                      "--time", help="tuning time budget of the whole model: seconds or 90s, 20m, 1h30m "
                                     "(no round starts after it; --trials still caps the trials)")] = None,
+                 per_round: Annotated[int | None, typer.Option(
+                     "--per-round", min=1, help="programs measured per search round (default: the tuning "
+                                                "default, at most trials / tasks so every task gets a round)")]
+                 = None,
                  server: Server = DEFAULT_SERVER, token: Token = None) -> None:
     """POST a whole model (one job over all its tasks); with --out, download its artifact.
 
@@ -226,6 +230,8 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
     tuning: dict[str, Any] = {"num_measure_trials": trials}
     if time is not None:
         tuning["time_budget_s"] = parse_duration(time)
+    if per_round is not None:
+        tuning["num_measures_per_round"] = per_round
     with Client(server, token=token) as c:
         if upload:
             created = c.upload_model(graph, target=target, **tuning)
@@ -234,8 +240,11 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
         print_json(created)
         typer.echo(f"dashboard: {server.rstrip('/')}/dashboard/models/{created['model_id']}", err=True)
         if wait or out:
-            print_json(c.wait(created["job_id"]))
+            job = follow_remote(c, created["job_id"])  # the bar of submit and tune
             print_json(c.model(created["model_id"]))
+            if job["state"] != JobState.finished.value:
+                raise CliError(f"job {job['job_id']} {job['state']}: "
+                               f"{one_line(job.get('error') or '')}".rstrip(": "), SERVICE_EXIT)
         if out:
             data = c.model_artifact(created["model_id"])
             out.write_bytes(data)
@@ -267,10 +276,29 @@ def artifact(task_id: str, format: Annotated[str, typer.Option("--format")] = "s
     typer.echo(f"wrote {path} ({len(data)} bytes)")
 
 
-def resume(task_id: str, trials: Trials = 32, server: Server = DEFAULT_SERVER, token: Token = None) -> None:
-    """Continue a task's search with more trials (measured states are never re-measured)."""
+def resume(task_id: str, trials: Trials = 32, wait: Wait = True,
+           dag: Annotated[Path | None, typer.Option(
+               "--dag", help="the task's ComputeDAG JSON file: the last line then times the best here beside "
+                             "numpy and torch, as submit does")] = None,
+           server: Server = DEFAULT_SERVER, token: Token = None) -> None:
+    """Continue a task's search with more trials (measured states are never re-measured); with
+    --wait (default) show the same progress bar as submit and the best at the end."""
+    dag_value = read_json(dag, "ComputeDAG JSON file") if dag is not None else None
     with Client(server, token=token) as c:
-        print_json(c.resume(task_id, trials))
+        created = c.resume(task_id, trials)
+        if not wait:
+            print_json(created)
+            return
+        typer.echo(f"task {created['task_id']} job {created['job_id']}", err=True)
+        job = follow_remote(c, created["job_id"])
+        if dag_value is not None:
+            report_remote_result(c, job, dag_value, {})
+            return
+        if job["state"] != JobState.finished.value or job.get("best_cost_s") is None:
+            raise CliError(f"job {job['job_id']} {job['state']}: {one_line(job.get('error') or '')}".rstrip(": "),
+                           SERVICE_EXIT)
+        typer.echo(final_line(float(job["best_cost_s"]), job.get("best_gflops"), int(job["trials_done"]),
+                              "pass --dag FILE to time it here beside numpy and torch"))
 
 
 def _gflops(v: Any) -> str:

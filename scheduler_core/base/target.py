@@ -39,6 +39,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 import llvmlite.binding as llvm
 
@@ -348,8 +349,17 @@ class Target:
         return _parse_text(str(target))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kind, TargetKind):  # Target(kind="cuda") from a caller
-            object.__setattr__(self, "kind", TargetKind(self.kind))
+        if isinstance(self.kind, TargetKind):
+            return
+        defaults = all(getattr(self, f.name) == f.default for f in dataclass_fields(self) if f.name != "kind")
+        if isinstance(self.kind, str) and defaults:
+            # Target("llvm -mcpu=skylake-avx512") parses, as TVM's tvm.target.Target(str) does:
+            # the same fields (and errors: InvalidTargetError names the kinds) as Target.parse
+            parsed = _parse_text(self.kind)
+            for f in dataclass_fields(self):
+                object.__setattr__(self, f.name, getattr(parsed, f.name))
+            return
+        object.__setattr__(self, "kind", TargetKind(self.kind))  # Target(kind="cuda", mcpu=...) from a caller
 
     def __str__(self) -> str:
         """The canonical text form, e.g. ``"llvm -mcpu=znver3 -num-cores=2"``."""
@@ -435,6 +445,14 @@ class Target:
         for a in self.mattr:
             (enabled.add if a.startswith("+") else enabled.discard)(a[1:])
         return frozenset(enabled)
+
+    def missing_on_host(self) -> list[str]:
+        """The features this target's programs may use that this host's CPU lacks, sorted; ``[]``
+        for a cuda target or one the host runs.  For another ``-mcpu`` only the vector features
+        the probe proves are compared (``avx512f``, ``avx2``, ``avx``: see :attr:`features`)."""
+        if self.kind is not TargetKind.LLVM or self.is_host:
+            return []
+        return sorted(self.features - Target.parse("llvm").features)
 
     @property
     def vector_unit_bytes(self) -> int:

@@ -61,7 +61,8 @@ from typing import Any
 import numpy as np
 
 from scheduler_core.base.bounded_cache import BoundedCache
-from scheduler_core.base.errors import SchedulerCoreError
+from scheduler_core.base.errors import InvalidTargetError, SchedulerCoreError
+from scheduler_core.base.target import Target
 from scheduler_core.dag.reference import evaluate
 from scheduler_core.dag.tensor import PlaceholderOp
 from scheduler_core.driver.gpu_validity import gpu_program_problems
@@ -167,6 +168,8 @@ class LocalRunner:
         inputs, build_results = list(inputs), list(build_results)
         if len(inputs) != len(build_results):
             raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
+        for target in {inp.task.target for inp in inputs}:
+            refuse_foreign_cpu(target)
         results: list = [None] * len(inputs)
         jobs, job_index, cuda_jobs, cuda_index = [], [], [], []
         for k, (inp, br) in enumerate(zip(inputs, build_results)):
@@ -255,6 +258,20 @@ def local_measurer(timeout_s: float = 10.0, min_repeat_ms: float = 40.0, repeat:
     return (LocalBuilder(timeout_s=timeout_s),
             LocalRunner(timeout_s=timeout_s, min_repeat_ms=min_repeat_ms, repeat=repeat,
                         check_correctness=check_correctness))
+
+
+def refuse_foreign_cpu(target) -> None:
+    """InvalidTargetError when ``target`` is for a CPU with features this host lacks (``llvm
+    -mcpu=skylake-avx512`` on an AVX2 machine): its programs would die with SIGILL or, worse,
+    be timed as something they are not.  ``llvm`` means this host."""
+    missing = target.missing_on_host()
+    if missing:
+        host = Target.parse("llvm")
+        raise InvalidTargetError(
+            f"target {str(target)!r} is for a CPU with {', '.join(missing)}, which this host's CPU "
+            f"({host.mcpu}) lacks: its programs cannot be measured here. Tune for this host with 'llvm' "
+            f"(the host CPU), or measure on a machine with that CPU (an 'autosched worker' there, "
+            f"measure=queue)")
 
 
 def cuda_unavailable() -> str:

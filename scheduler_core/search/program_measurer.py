@@ -2,6 +2,11 @@
 
     [MeasureInput] --builder--> [BuildResult] --runner--> [MeasureResult] --callbacks (records)
 
+A round's batch is measured in chunks (``chunk`` programs: twice the builder's parallel
+builds, at least 4), each built, run and handed to the callbacks before the next starts, so
+progress moves as measurements finish and a callback that stops the search (a cancelled job)
+stops it within one chunk: what was measured is kept, the rest of the round is dropped.
+
 A candidate that would become the best of its task is first checked against
 the numpy reference evaluator; on a mismatch its result becomes WRONG_ANSWER,
 so a wrong program is recorded as an error and never reported as best.
@@ -26,16 +31,18 @@ class ProgramMeasurer:
     builder/runner: objects with ``build(inputs)`` and ``run(inputs, build_results)``
     (``"local"`` makes a LocalBuilder/LocalRunner with ``timeout_s`` (seconds) and
     ``min_repeat_ms``).  callbacks: called as
-    ``cb(policy, inputs, results)`` after every batch.
+    ``cb(policy, inputs, results)`` after every chunk of a batch (``chunk`` programs; default
+    twice the builder's ``n_parallel``, at least 4).
     """
 
     def __init__(self, builder: Any = "local", runner: Any = "local", callbacks=None, verbose: int = 1,
                  check_best: bool = True, timeout_s: float = 10.0, min_repeat_ms: float = 40.0,
-                 repeat: int = 3):
+                 repeat: int = 3, chunk: int | None = None):
         self.builder = LocalBuilder(timeout_s=timeout_s) if builder == "local" else builder
         self.runner = (LocalRunner(timeout_s=timeout_s, min_repeat_ms=min_repeat_ms, repeat=repeat)
                        if runner == "local" else runner)
         self.callbacks = list(callbacks or [])
+        self.chunk = chunk or max(4, 2 * int(getattr(self.builder, "n_parallel", 2) or 2))
         self.verbose = verbose
         self.check_best = check_best
         self.best_cost: dict = {}   # workload_key -> seconds
@@ -46,7 +53,15 @@ class ProgramMeasurer:
         self.time_run_s = 0.0
 
     def measure(self, task, policy, inputs: list) -> list:
-        """Build, run and record ``inputs``; returns their MeasureResults."""
+        """Build, run and record ``inputs``, chunk by chunk (each chunk's callbacks run before the
+        next chunk is built); returns their MeasureResults.  An exception from a callback ends the
+        batch there, with the chunks measured so far recorded."""
+        results: list = []
+        for start in range(0, len(inputs), self.chunk):
+            results += self._measure_chunk(task, policy, inputs[start:start + self.chunk])
+        return results
+
+    def _measure_chunk(self, task, policy, inputs: list) -> list:
         enter_phase = getattr(policy, "enter_phase", None)  # SketchPolicy.on_phase: "building", "measuring"
         t0 = time.perf_counter()
         if enter_phase is not None:
