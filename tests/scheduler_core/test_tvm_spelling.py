@@ -13,22 +13,14 @@ from typer.testing import CliRunner
 
 import scheduler_core as tvm  # the seeds say ``import tvm``
 from api.cli import app
-from scheduler_core import auto_scheduler, te
+from scheduler_core import auto_scheduler
 from scheduler_core.base.errors import InvalidTargetError
 from scheduler_core.base.target import Target
 from sketch_rules.params import SketchPolicyParams
+from tests.scheduler_core.test_seeds import matmul_add as seed000_matmul_add
 
-
-@auto_scheduler.register_workload  # seed 000, at a small size
-def spelling_matmul_add(N, L, M, dtype):
-    A = te.placeholder((N, L), name="A", dtype=dtype)
-    B = te.placeholder((L, M), name="B", dtype=dtype)
-    C = te.placeholder((N, M), name="C", dtype=dtype)
-    k = te.reduce_axis((0, L), name="k")
-    matmul = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
-                        attrs={"layout_free_placeholders": [B]})
-    out = te.compute((N, M), lambda i, j: matmul[i, j] + C[i, j], name="out")
-    return [A, B, C, out]
+# seed 000's workload, registered as the seed does
+spelling_matmul_add = auto_scheduler.register_workload(seed000_matmul_add)
 
 
 def test_seed000_runs_with_tvm_names_and_the_record_file_commands(tmp_path):
