@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pathlib
 import re
 import sys
 import threading
@@ -46,6 +47,20 @@ _SERVICE = re.compile(r"(^|[\s/])(redis-server|rq|rqworker|autosched)(\s|$)|\b(w
 _UNIX_URL = re.compile(r"unix://(/[^\s?]+)")
 _REDIS_SOCKET = re.compile(r"unixsocket:(\S+)")
 _run: dict = {"sockets": set(), "sampler": None}
+
+
+# The files whose tests take longest (tens of seconds each, mostly a whole service): collected
+# first, so that with ``--dist loadfile`` the workers start on them and the run does not end
+# with one of them running alone on one worker while the other idles.
+HEAVY_FIRST = ("tests/api/test_schemathesis.py", "tests/api/test_cli_server.py", "tests/api/test_durable_service.py",
+               "tests/workers/test_cli.py", "tests/api/test_cli_tune.py", "tests/api/test_dashboard_browser.py",
+               "tests/api/test_service.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: k for k, name in enumerate(HEAVY_FIRST)}
+    root = pathlib.Path(str(config.rootpath))
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))  # stable
 
 
 def pytest_configure(config):

@@ -36,7 +36,7 @@ from workers.store import RedisStore, import_record_file
 
 from ..schemas import JobPublic
 from .errors import SERVICE_EXIT, CliError, one_line, read_dag
-from .options import DataDir, RedisUrl, tuning_flags
+from .options import Compare, DataDir, RedisUrl, tuning_flags
 from .progress import follow, log_to_console, worker_output_to
 from .schedule_script import schedule_script
 from .summary import compare_here, early_end_reason, final_line
@@ -84,7 +84,7 @@ def tune(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file (
          = False,
          log_level: Annotated[str, typer.Option(help="level of the worker log file (DEBUG, INFO, WARNING)")]
          = "INFO",
-         url: RedisUrl = None, data_dir: DataDir = None, *, tuning: dict) -> None:
+         compare: Compare = True, url: RedisUrl = None, data_dir: DataDir = None, *, tuning: dict) -> None:
     """Tune one workload through the queue: task -> RQ job -> worker process -> records in Redis.
 
     The progress bar shows the phase, trials, an ETA and the best so far; worker logs go to
@@ -132,7 +132,7 @@ def tune(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file (
     reason = early_end_reason(job, distinct, task.tuning.get("early_stopping"))
     if reason:
         typer.echo(reason)
-    comparison = compare_here(dag, target, best["steps"])
+    comparison = compare_here(dag, target, best["steps"]) if compare else "not compared (--no-compare)"
     typer.echo(final_line(best["cost_s"], best["gflops"], int(job["trials_done"]) + reused, comparison, reused))
 
 

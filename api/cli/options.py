@@ -129,3 +129,7 @@ def tuning_flags(fn):
         wrapper.__annotations__["return"] = sig.return_annotation
     del wrapper.__wrapped__  # typer must read the new signature, not fn's
     return wrapper
+
+# ``tune`` and ``submit``: time the best beside numpy and torch at the end (the last line)
+Compare = Annotated[bool, typer.Option(
+    help="time the best here beside numpy and torch at the end (loads torch: a few seconds)")]

@@ -50,7 +50,7 @@ from ..client import ApiError, Client
 from ..main import create_app
 from ..settings import Settings
 from .errors import SERVICE_EXIT, CliError, one_line, read_json
-from .options import DEFAULT_SERVER, DataDir, RedisUrl, Server, Token, parse_duration, tuning_flags
+from .options import DEFAULT_SERVER, Compare, DataDir, RedisUrl, Server, Token, parse_duration, tuning_flags
 from .progress import follow, log_to_console, stderr_console
 from .summary import compare_here, early_end_reason, final_line
 
@@ -143,7 +143,7 @@ def follow_remote(c: Client, job_id: str, poll_s: float = 0.5) -> dict:
         return follow(lambda: c.job(job_id), console, poll_s)
 
 
-def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict) -> None:
+def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict, compare: bool = True) -> None:
     """The end of ``submit --wait``: why it stopped early (if it did) and the best, rebuilt here from
     its record, timed beside the numpy and torch baselines of the DAG file (``compare_here``).
     CliError (exit 1) for a job that did not finish."""
@@ -157,6 +157,10 @@ def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict) -> 
     reason = early_end_reason(job, distinct, tuning.get("early_stopping"))
     if reason:
         typer.echo(reason)
+    if not compare:
+        typer.echo(final_line(float(job["best_cost_s"]), job.get("best_gflops"), int(job["trials_done"]),
+                              "not compared (--no-compare)"))
+        return
     try:
         steps = c.best(job["task_id"]).get("steps")
         comparison = compare_here(ComputeDAG.from_json(dag_value), str(c.task(job["task_id"])["target"]), steps)
@@ -168,7 +172,8 @@ def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict) -> 
 @tuning_flags
 def submit(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file")],
            target: Annotated[str, typer.Option(help='"llvm", "llvm -mcpu=..." or "cuda"')] = "llvm",
-           wait: Wait = True, server: Server = DEFAULT_SERVER, token: Token = None, *, tuning: dict) -> None:
+           wait: Wait = True, compare: Compare = True, server: Server = DEFAULT_SERVER, token: Token = None, *,
+           tuning: dict) -> None:
     """POST a ComputeDAG JSON file as a search task; with --wait (default) show its progress and the
     best beside numpy's time."""
     dag_value = read_json(workload, "ComputeDAG JSON file")
@@ -179,7 +184,7 @@ def submit(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file
             return
         typer.echo(f"task {created['task_id']} job {created['job_id']}", err=True)
         job = follow_remote(c, created["job_id"])
-        report_remote_result(c, job, dag_value, tuning)
+        report_remote_result(c, job, dag_value, tuning, compare)
 
 
 def read_model_graph(path: Path) -> Any:

@@ -168,8 +168,9 @@ class LocalRunner:
         inputs, build_results = list(inputs), list(build_results)
         if len(inputs) != len(build_results):
             raise ValueError(f"{len(inputs)} inputs but {len(build_results)} build results")
-        for target in {inp.task.target for inp in inputs}:
-            refuse_foreign_cpu(target)
+        for target in {inp.task.target for inp, br in zip(inputs, build_results)
+                       if br.error_no == MeasureErrorNo.NO_ERROR and isinstance(inp.task.target, Target)}:
+            refuse_foreign_cpu(target)  # a failed build passes through as its error record
         results: list = [None] * len(inputs)
         jobs, job_index, cuda_jobs, cuda_index = [], [], [], []
         for k, (inp, br) in enumerate(zip(inputs, build_results)):

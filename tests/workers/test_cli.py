@@ -21,7 +21,8 @@ def test_tune_command_runs_the_queue_path_and_writes_the_best(tmp_path, measure)
     out = tmp_path / "out"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     res = subprocess.run([sys.executable, "-m", "api.cli", "tune", str(wl), "--trials", "4",
-                          "--per-round", "2", "--population", "32", "--out", str(out), "--measure", measure],
+                          "--per-round", "2", "--population", "32", "--out", str(out), "--measure", measure,
+                          "--no-compare"],  # the last line's comparison: tests/api/test_cli_tune.py
                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "GFLOP/s" in res.stdout and "after 4 trials" in res.stdout
@@ -50,7 +51,8 @@ def test_tune_restarts_a_killed_worker_and_its_job_finishes(tmp_path):
     data_dir = tmp_path / "data"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     tune = subprocess.Popen([sys.executable, "-m", "api.cli", "tune", str(wl), "--trials", "8", "--per-round", "2",
-                             "--population", "32", "--out", str(tmp_path / "out"), "--data-dir", str(data_dir)],
+                             "--population", "32", "--out", str(tmp_path / "out"), "--data-dir", str(data_dir),
+                             "--no-compare"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
                             start_new_session=True)
     try:
