@@ -105,7 +105,8 @@ def test_schemathesis_all_checks_no_failures(server, tmp_path):
     config.write_text(CONFIG)
     cmd = [*_st(), "--no-color", "--config-file", str(config), "run", f"{server}/openapi.json",
            "--header", f"Authorization: Bearer {TOKEN}", "--max-examples", str(MAX_EXAMPLES),
-           "--workers", "2", "--generation-deterministic"]
+           "--workers", "2", "--generation-deterministic",
+           "--request-timeout", "60"]  # an ONNX upload is imported in a child that loads torch and onnx
     started = time.monotonic()
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     out = run.stdout + run.stderr

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration  # the embedded Redis and RQ worker processes, in a child
 
 
-@pytest.mark.parametrize("measure", ["local", "queue"])
+# "local" is the path tests/api/test_cli_tune.py drives end to end on every run: slow tier here
+@pytest.mark.parametrize("measure", [pytest.param("local", marks=pytest.mark.slow), "queue"])
 def test_tune_command_runs_the_queue_path_and_writes_the_best(tmp_path, measure):
     wl = tmp_path / "mm.json"
     wl.write_text(sc.ComputeDAG(matmul_add(32, 32, 32)).to_json())

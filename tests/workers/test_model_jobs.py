@@ -214,3 +214,31 @@ def test_model_job_measures_on_the_measurement_queue(redis_server):
         assert store.count_records(t.workload_key, "llvm") == 2
         assert store.best_record(t.workload_key, "llvm") is not None
     assert store.load_model_artifact(model_id)
+
+
+def _square() -> ComputeDAG:
+    A = te.placeholder((N, K), name="A")
+    return ComputeDAG([A, te.compute((N, K), lambda i, j: A[i, j] * A[i, j], name="square")])
+
+
+def test_a_budget_smaller_than_a_round_still_gives_every_task_its_rounds(redis_server):
+    """48 trials over 3 tasks with the default 64 programs per round (TVM's task scheduler): a
+    round is at most trials / tasks, so each task is measured, none takes the whole budget."""
+    redis_server.flushall()
+    store = ModelStore(redis_server)
+    t = TensorType((N, K))
+    v = lambda name: GraphVar(name, t)  # noqa: E731
+    funcs = {"dense": PrimFunction("dense", _dense()), "square": PrimFunction("square", _square()),
+             "bias": PrimFunction("bias", _bias())}
+    calls = (Call("tir", "dense", ("x", "w"), (v("h1"),)), Call("tir", "square", ("h1",), (v("h2"),)),
+             Call("tir", "bias", ("h2", "b"), (v("out"),)))
+    graph = Graph((GraphVar("x", t),), (GraphVar("w", TensorType((K, K))), v("b")), calls, ("out",), funcs)
+    tuning = {k: v for k, v in TUNING.items() if k != "num_measures_per_round"}  # the default, 64
+    model_id, tasks, job_id = store.create_model_with_job(graph, "llvm", tuning, 48)
+    assert len(tasks) == 3
+    enqueue_model_tune(redis_server, model_id, job_id, 48)
+    _work(redis_server)
+    job = store.get_job(job_id)
+    assert job.state == "finished", job.error
+    progress = store.task_progress(job_id, [task.task_id for task in tasks])
+    assert all(n >= 1 for n in progress.values()) and max(progress.values()) <= 32, progress
