@@ -84,11 +84,11 @@ def test_a_one_trial_search_says_why(tmp_path):
     B = te.compute((1,), lambda i: A[i] + A[i], name="B")
     wl = tmp_path / "one.json"
     wl.write_text(sc.ComputeDAG([A, B]).to_json())
-    res = tune(tmp_path, str(wl), "--trials", "4", *FAST, "--data-dir", str(tmp_path / "data"))
+    res = tune(tmp_path, str(wl), "--trials", "4", *FAST, "--data-dir", str(tmp_path / "data"), "--no-compare")
     out = res.stdout.strip().splitlines()
     assert "the search space of this DAG has a single state (no loop to split, reorder, parallelize or " \
            "vectorize): 1 trial measured it" in out, out
-    assert "after 1 trial; timed here at" in out[-1] and "numpy B = A + A" in out[-1], out[-1]
+    assert out[-1].endswith("after 1 trial; not compared (--no-compare)"), out[-1]
 
 
 def test_submit_wait_shows_the_bar_and_the_baselines_line(tmp_path, monkeypatch):
