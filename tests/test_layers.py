@@ -57,9 +57,10 @@ DEFERRED = {
                                                           "when from_pytorch is used",
     ("scheduler_core/runtime/cuda_driver.py", "pycuda.driver"): "pycuda (the optional extra .[cuda]) loads only "
                                                                   "when a CUDA device is used",
-    ("scheduler_core/measure/baseline.py", "torch"): "torch (the optional extra .[torch]) loads only when its "
-                                                     "baseline is built or timed",
-    ("scheduler_core/measure/baseline.py", "torch.nn.functional"): "as torch, for F.conv2d and F.pad",
+    ("scheduler_core/measure/baseline_libs.py", "torch"): "torch (the optional extra .[torch]) loads only when "
+                                                          "its baseline is built",
+    ("scheduler_core/measure/baseline_libs.py", "torch.nn.functional"): "as torch, for F.conv2d and F.pad",
+    ("scheduler_core/measure/baseline_timing.py", "torch"): "torch loads only when its baseline is timed",
 }
 # One arithmetic toolbox and one statement functor: a range analysis, a linear form, an LP or a
 # statement walker is defined only in these folders (a function or class whose name matches
@@ -91,7 +92,8 @@ FORBIDDEN_THIRD_PARTY = {
     "api": {"lightgbm"},
 }
 # torch (the optional extra .[torch]) may be imported only by the model importers
-TORCH_IMPORTERS = ("scheduler_core.frontend", "scheduler_core.measure.baseline")
+TORCH_IMPORTERS = ("scheduler_core.frontend", "scheduler_core.measure.baseline_libs",
+                   "scheduler_core.measure.baseline_timing")
 # first-party modules the API may not import directly (it validates DAGs and calls workers)
 API_FORBIDDEN = ("scheduler_core.codegen", "scheduler_core.driver", "scheduler_core.runtime",
                  "scheduler_core.lowering", "cost_model", "sketch_rules")

@@ -43,7 +43,7 @@ from scheduler_core.dag.reference import evaluate
 from scheduler_core.driver.program import program_from_state
 from scheduler_core.base.target import Target
 from scheduler_core.codegen.parallel import default_num_threads
-from scheduler_core.measure.baseline import compare_with_baselines, comparison_text
+from scheduler_core.measure.baseline_timing import compare_with_baselines, comparison_text
 from scheduler_core.measure.local_runner import arg_specs, empty_outputs, random_inputs
 from scheduler_core.measure.record_file import decode_record
 

@@ -16,7 +16,7 @@ speed baseline and is never compared with here.
 from __future__ import annotations
 
 from scheduler_core.dag.compute_dag import ComputeDAG
-from scheduler_core.measure.baseline import compare_tuned
+from scheduler_core.measure.baseline_timing import compare_tuned
 
 from .progress import format_gflops, format_seconds
 

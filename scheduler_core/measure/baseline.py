@@ -6,8 +6,6 @@
     torch_program(dag)      -> BaselineProgram   the same in PyTorch, with ``torch.addmm`` for a
                                                   matmul plus a matrix and ``F.conv2d`` for an NCHW
                                                   convolution; None when torch is not installed
-    time_baseline(p, inputs, threads) -> seconds  median time at ``threads`` threads
-    blas_threads() / torch_threads()              the thread counts the libraries use now
 
 The reference evaluator (``dag.reference``) is the correctness oracle; it builds index grids
 for any DAG and is never a speed baseline.  A baseline here is what a user would write by hand:
@@ -23,9 +21,8 @@ is a strided view of the operand (``as_strided``: no copy), so
 
 An op of another form (a gather, a scan, a condition that is not a box) has no formulation
 here: ``numpy_program`` raises :class:`NoBaselineError` naming it, and the caller says so
-instead of comparing with something slower.  Thread counts are set for the measurement with
-``threadpoolctl`` (numpy's BLAS) and ``torch.set_num_threads``, so both run at the thread
-count of the tuned program.
+instead of comparing with something slower.  The libraries' operations: ``baseline_libs.py``;
+timing a tuned program beside its baselines: ``baseline_timing.py``.
 """
 
 from __future__ import annotations
@@ -33,22 +30,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_info, threadpool_limits
 
 from scheduler_core.arith.linear_form import linear_form
-from scheduler_core.base.errors import SchedulerCoreError
-from scheduler_core.base.target import Target
-from scheduler_core.codegen.parallel import default_num_threads
 from scheduler_core.dag.compute_dag import ComputeDAG
-from scheduler_core.dag.task import Task
 from scheduler_core.dag.tensor import ComputeOp, PlaceholderOp, Tensor
-from scheduler_core.driver.program import program_from_steps
 from scheduler_core.ir.expr import (
     BinaryOp,
     Call,
@@ -65,11 +54,10 @@ from scheduler_core.ir.expr import (
 )
 from scheduler_core.ir.simplify import const_value
 
-from .local_runner import arg_specs, empty_outputs, random_inputs
+from .baseline_libs import NumpyLib, torch_lib
 
-__all__ = ["BaselineProgram", "NoBaselineError", "Timing", "numpy_program", "torch_program", "time_baseline",
-           "compare_with_baselines", "comparison_text", "compare_tuned", "compact_formula", "blas_threads",
-           "torch_threads", "MAX_GRID_ELEMENTS"]
+__all__ = ["BaselineProgram", "NoBaselineError", "numpy_program", "torch_program", "compact_formula",
+           "MAX_GRID_ELEMENTS"]
 
 MAX_GRID_ELEMENTS = 1 << 27  # the largest broadcast grid of a non-product reduction (elements)
 
@@ -129,152 +117,6 @@ def _unwrap(text: str) -> str:
         if depth == 0 and k < len(text) - 1:
             return text
     return text[1:-1]
-
-
-# -- the two libraries ------------------------------------------------------------------
-class _Numpy:
-    name = "numpy"
-    BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-              "min": np.minimum, "max": np.maximum, "pow": np.power,
-              "floordiv": np.floor_divide, "floormod": np.mod}
-    CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-           "gt": np.greater, "ge": np.greater_equal}
-    CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,
-            "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "erf": None, "floor": np.floor, "ceil": np.ceil,
-            "sin": np.sin, "cos": np.cos, "rsqrt": lambda x: 1 / np.sqrt(x), "round": np.round,
-            "exp2": np.exp2, "log2": np.log2, "log10": np.log10, "fabs": np.abs}
-    REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
-
-    @staticmethod
-    def view(arr, shape, strides_elems, offset_elems):
-        base = arr.reshape(-1)[offset_elems:] if offset_elems else arr.reshape(-1)
-        item = arr.itemsize
-        return np.lib.stride_tricks.as_strided(base, shape, [s * item for s in strides_elems], writeable=False)
-
-    @staticmethod
-    def contiguous(x):
-        return np.ascontiguousarray(x)
-
-    @staticmethod
-    def einsum(spec, a, b, _paths: dict = {}):  # noqa: B006 - the contraction path of each spec and shapes
-        key = (spec, a.shape, b.shape)
-        path = _paths.get(key)
-        if path is None:  # planned once: einsum's optimizer costs ~100 us a call
-            path = _paths[key] = np.einsum_path(spec, a, b, optimize="optimal")[0]
-        return np.einsum(spec, a, b, optimize=path)
-
-    @staticmethod
-    def matmul(a, b):
-        return a @ b
-
-    @staticmethod
-    def const(value, dtype):
-        return np.array(value, dtype)
-
-    @staticmethod
-    def where(c, a, b):
-        return np.where(c, a, b)
-
-    @staticmethod
-    def cast(x, dtype):
-        return np.asarray(x).astype(dtype)
-
-    @staticmethod
-    def full(shape, value, like):
-        return np.full(shape, value, like.dtype)
-
-    @staticmethod
-    def broadcast(x, shape):
-        return np.broadcast_to(x, shape)
-
-    @staticmethod
-    def reduce(fn, x, axes):
-        return fn(x, axis=tuple(axes))
-
-    @staticmethod
-    def pad(x, pads, fill):
-        return np.pad(x, pads, constant_values=fill)
-
-    @staticmethod
-    def from_numpy(a):
-        return a
-
-    @staticmethod
-    def to_numpy(x):
-        return np.asarray(x)
-
-
-def _torch_lib():
-    import torch  # the optional extra .[torch]; only for this baseline
-    import torch.nn.functional as F
-
-    class _Torch:
-        name = "torch"
-        BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide,
-                  "min": torch.minimum, "max": torch.maximum, "pow": torch.pow,
-                  "floordiv": torch.floor_divide, "floormod": torch.remainder}
-        CMP = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
-        CALL = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "tanh": torch.tanh, "abs": torch.abs,
-                "sigmoid": torch.sigmoid, "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil,
-                "sin": torch.sin, "cos": torch.cos, "rsqrt": torch.rsqrt, "round": torch.round,
-                "exp2": torch.exp2, "log2": torch.log2, "log10": torch.log10, "fabs": torch.abs}
-        REDUCE = {"sum": torch.sum, "max": torch.amax, "min": torch.amin, "prod": None}
-        functional = F
-        module = torch
-
-        @staticmethod
-        def view(arr, shape, strides_elems, offset_elems):
-            return torch.as_strided(arr, shape, strides_elems, offset_elems)
-
-        @staticmethod
-        def contiguous(x):
-            return x.contiguous()
-
-        @staticmethod
-        def einsum(spec, a, b):
-            return torch.einsum(spec, a, b)
-
-        @staticmethod
-        def matmul(a, b):
-            return a @ b
-
-        @staticmethod
-        def const(value, dtype):
-            return torch.tensor(value, dtype=getattr(torch, dtype))
-
-        @staticmethod
-        def where(c, a, b):
-            return torch.where(c, a, b)
-
-        @staticmethod
-        def cast(x, dtype):
-            return x.to(getattr(torch, dtype))
-
-        @staticmethod
-        def full(shape, value, like):
-            return torch.full(shape, value, dtype=like.dtype)
-
-        @staticmethod
-        def broadcast(x, shape):
-            return torch.broadcast_to(x, shape)
-
-        @staticmethod
-        def reduce(fn, x, axes):
-            return fn(x, dim=tuple(axes))
-
-        @staticmethod
-        def pad(x, pads, fill):
-            return F.pad(x, [p for lo_hi in reversed(pads) for p in lo_hi], value=fill)
-
-        @staticmethod
-        def from_numpy(a):
-            return torch.from_numpy(np.ascontiguousarray(a))
-
-        @staticmethod
-        def to_numpy(x):
-            return x.numpy()
-
-    return _Torch
 
 
 # -- loads as strided views -----------------------------------------------------------
@@ -638,7 +480,7 @@ def numpy_program(dag: ComputeDAG) -> BaselineProgram:
 
     Raises NoBaselineError naming the first op with no formulation (a gather, a scan, a
     condition that is not a box, a symbolic shape)."""
-    return _program(dag, _Numpy)
+    return _program(dag, NumpyLib)
 
 
 def torch_program(dag: ComputeDAG) -> BaselineProgram | None:
@@ -649,7 +491,7 @@ def torch_program(dag: ComputeDAG) -> BaselineProgram | None:
     dilation from the indices) for an NCHW convolution of a zero-padded input.
     Raises NoBaselineError as :func:`numpy_program`."""
     try:
-        lib = _torch_lib()
+        lib = torch_lib()
     except ImportError:
         return None
     return _program(dag, lib, fused=lambda dag, k, names: _torch_fused(lib, dag, k, names))
@@ -764,139 +606,3 @@ def _conv2d(lib, dag, op, a, b, names):
     text = (f"{op.name} = F.conv2d({src.op.name}, {W.op.name}, stride={(sy, sx)}, padding={pad}, "
             f"dilation={(dy, dx)})")
     return run, text, covered
-
-
-# -- timing ----------------------------------------------------------------------------
-def blas_threads() -> int | None:
-    """The thread count of numpy's BLAS now (threadpoolctl), or None when it cannot tell."""
-    counts = [int(p["num_threads"]) for p in threadpool_info() if p.get("user_api") == "blas"]
-    return max(counts) if counts else None
-
-
-def torch_threads() -> int | None:
-    """``torch.get_num_threads()``, or None when torch is not installed."""
-    try:
-        import torch  # noqa: PLC0415 - the optional extra .[torch]
-    except ImportError:
-        return None
-    return int(torch.get_num_threads())
-
-
-def time_baseline(program: BaselineProgram, inputs: Sequence[np.ndarray], threads: int, repeats: int = 7,
-                  budget_s: float = 3.0) -> float:
-    """Median seconds of ``program.run`` on ``inputs`` (numpy arrays, converted once) with
-    ``threads`` threads (numpy's BLAS through threadpoolctl, torch through set_num_threads):
-    one warm-up, then up to ``repeats`` runs within ``budget_s`` seconds (at least one)."""
-    args = [program.convert(a) for a in inputs]
-    restore: Callable[[], None] = lambda: None  # noqa: E731
-    if program.library == "torch":
-        import torch  # noqa: PLC0415 - the optional extra .[torch]
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        restore = lambda: torch.set_num_threads(before)  # noqa: E731
-    try:
-        with threadpool_limits(limits=threads, user_api="blas"):
-            program.run(args)
-            times: list[float] = []
-            spent = 0.0
-            while len(times) < repeats and (not times or spent < budget_s):
-                t0 = time.perf_counter()
-                program.run(args)
-                times.append(time.perf_counter() - t0)
-                spent += times[-1]
-    finally:
-        restore()
-    return statistics.median(times)
-
-
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    """One program timed in this process: ``label`` (``"tuned"``, ``"numpy"``, ``"torch"``), its
-    ``formula`` (the library calls; ``""`` for the tuned program), median ``seconds`` or None with
-    ``why`` (no formulation, torch not installed)."""
-
-    label: str
-    formula: str
-    seconds: float | None
-    why: str = ""
-
-
-def compare_with_baselines(dag: ComputeDAG, inputs: Sequence[np.ndarray], threads: int,
-                           tuned_s: float | None = None, repeats: int = 7,
-                           budget_s: float = 3.0) -> list[Timing]:
-    """Time the numpy and torch baselines of ``dag`` on ``inputs`` (the DAG's placeholders, in
-    order) in this process, one after the other, each the median of up to ``repeats`` calls
-    after a warm-up within ``budget_s`` seconds, at ``threads`` threads (the tuned program's).
-    Returns the Timings, the tuned program's first when ``tuned_s`` (its median seconds, timed
-    just before in this process on the same inputs) is given."""
-    out: list[Timing] = []
-    if tuned_s is not None:
-        out.append(Timing("tuned", "", tuned_s))
-    for label, make in (("numpy", numpy_program), ("torch", torch_program)):
-        try:
-            program = make(dag)
-        except NoBaselineError as err:
-            out.append(Timing(label, "", None, f"no {label} formulation: {err}"))
-            continue
-        if program is None:
-            out.append(Timing(label, "", None, "torch is not installed"))
-            continue
-        out.append(Timing(label, program.formula,
-                          time_baseline(program, inputs, threads, repeats=repeats, budget_s=budget_s)))
-    return out
-
-
-def _seconds_text(s: float) -> str:
-    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us"
-
-
-def comparison_text(timings: Sequence[Timing], threads: int) -> str:
-    """One line: ``timed here at 2 threads: tuned 18.5 ms; numpy out = (A @ B) + C 15.6 ms (tuned
-    1.19x slower); torch out = torch.addmm(C, A, B) 14.2 ms (tuned 1.30x slower)``."""
-    tuned = next((t.seconds for t in timings if t.label == "tuned"), None)
-    parts = []
-    for t in timings:
-        if t.label == "tuned":
-            parts.append(f"tuned {_seconds_text(t.seconds)}" if t.seconds is not None else "tuned: not timed")
-            continue
-        if t.seconds is None:
-            parts.append(f"{t.label}: {t.why}")
-            continue
-        text = f"{t.label} {t.formula} {_seconds_text(t.seconds)}"
-        if tuned:
-            ratio = t.seconds / tuned
-            text += f" (tuned {ratio:.2f}x faster)" if ratio >= 1 else f" (tuned {1 / ratio:.2f}x slower)"
-        parts.append(text)
-    return f"timed here at {threads} thread{'s' if threads != 1 else ''}: " + "; ".join(parts)
-
-
-def compare_tuned(dag: ComputeDAG, target: str, steps: list | None, repeats: int = 7, budget_s: float = 2.0) -> str:
-    """The line ``timed here at T threads: tuned ...; numpy ...; torch ...``: the program of
-    ``steps`` (a record's step list; None: not rebuilt) built for ``target`` and timed with its
-    ``time_evaluator`` (calls from C, as the search measured it), and the numpy and torch
-    baselines of ``dag`` (each call from Python) on the measurement's random inputs at the
-    program's thread count (``-num-cores``, else OMP_NUM_THREADS or this process's CPUs).
-    A ``cuda`` target is not compared (its baselines would run on the GPU)."""
-    parsed = Target.parse(target)
-    if parsed.is_gpu:
-        return "no CPU baseline for a cuda target"
-    threads = parsed.num_cores or default_num_threads()
-    try:
-        specs = arg_specs(list(dag.tensors))
-    except ValueError as err:  # a symbolic shape
-        return f"not timed here: {err}"
-    inputs = random_inputs(specs)
-    tuned_s = None
-    if steps is not None:
-        try:
-            module = program_from_steps(Task.create(dag, target), steps).build()
-        except SchedulerCoreError as err:
-            return f"not timed here: the best record does not rebuild: {err}"
-        outputs = empty_outputs(specs)
-        it_in, it_out = iter(inputs), iter(outputs)
-        call_args = [next(it_out) if is_output else next(it_in) for _, _, _, is_output in specs]
-        evaluator = module.time_evaluator(module.entry_name, "cpu", number=1, repeat=repeats,
-                                          min_repeat_ms=max(1.0, budget_s * 1e3 / max(repeats, 1) / 4))
-        tuned_s = statistics.median(evaluator(*call_args).results)
-    timings = compare_with_baselines(dag, inputs, threads, tuned_s, repeats=repeats, budget_s=budget_s)
-    return comparison_text(timings, threads)

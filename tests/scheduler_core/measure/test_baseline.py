@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 
 from scheduler_core import te
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.reference import evaluate
-from scheduler_core.measure.baseline import (
-    NoBaselineError,
-    Timing,
-    compact_formula,
-    compare_with_baselines,
-    comparison_text,
-    numpy_program,
-    torch_program,
-)
+from scheduler_core.measure.baseline import NoBaselineError, compact_formula, numpy_program, torch_program
+from scheduler_core.measure.baseline_timing import Timing, compare_with_baselines, comparison_text, time_baseline
 from scheduler_core.measure.local_runner import arg_specs, random_inputs
 from tests import workloads as W
 
@@ -91,8 +85,6 @@ def test_comparison_text_says_slower_when_slower():
 
 
 def test_baselines_run_at_the_thread_count_asked():
-    from threadpoolctl import threadpool_info
-
     dag = ComputeDAG(W.matmul_add(64, 64, 64))
     inputs = random_inputs(arg_specs(list(dag.tensors)))
     before = torch.get_num_threads()
@@ -105,7 +97,6 @@ def test_baselines_run_at_the_thread_count_asked():
                      max(int(p["num_threads"]) for p in threadpool_info() if p.get("user_api") == "blas")))
         return run(args)
     program.run = spy
-    from scheduler_core.measure.baseline import time_baseline
     time_baseline(program, inputs, 1, repeats=1)
     assert seen and all(s == (1, 1) for s in seen)
     assert torch.get_num_threads() == before
