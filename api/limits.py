@@ -1,6 +1,7 @@
 """Bounds on the work one request may start: the checks of POST /tasks and POST /tasks/{id}/resume.
 
-    rate_limited_token (dependency)  token bucket per API token in Redis   -> 429 + Retry-After
+    rate_limited_token (dependency)  a moving window per API token (the ``limits`` library,
+                                     its Redis storage on the app's connection) -> 429 + Retry-After
     check_job_trials                 trials of one job <= max_job_trials   -> 422
     check_dag_size                   ops <= max_dag_ops; constant-shape tensor bytes <= max_dag_tensor_bytes
                                      and <= the runner's memory limit      -> 422
@@ -30,6 +31,9 @@ import time
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from limits import RateLimitItem, RateLimitItemPerSecond
+from limits.storage import RedisStorage
+from limits.strategies import MovingWindowRateLimiter
 from redis import Redis
 
 from scheduler_core.base.target import Target
@@ -109,37 +113,45 @@ def token_id(token: str) -> str:
     return ANONYMOUS if token == ANONYMOUS else hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
-# KEYS[1] = bucket hash; ARGV = rate (tokens/s), burst, now (s).  Returns {allowed, wait_s}.
-_TAKE_TOKEN = """
-local rate, burst, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens, ts = tonumber(b[1]), tonumber(b[2])
-if (not tokens) or (not ts) then tokens, ts = burst, now end
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
-local allowed, wait = 0, (1 - tokens) / rate
-if tokens >= 1 then tokens, allowed, wait = tokens - 1, 1, 0 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
-return {allowed, tostring(wait)}
-"""
+def rate_limit_item(settings: Settings) -> RateLimitItem:
+    """The moving window of ``rate_limit_per_s`` (r) and ``rate_limit_burst`` (b): at most
+    max(b, r x w) POSTs in any w seconds, w = b / r rounded to whole seconds (at least 1; the
+    windows of ``limits`` are whole seconds).  So b POSTs pass at once and r per second over
+    time; the defaults (r = 10, b = 20) are exactly 20 POSTs in any 2 s."""
+    rate, burst = settings.rate_limit_per_s, settings.rate_limit_burst
+    window_s = max(1, round(burst / rate))
+    return RateLimitItemPerSecond(max(burst, round(rate * window_s)), window_s, namespace="post")
 
 
-def take_token(conn: Redis, tid: str, rate_per_s: float, burst: int, now: float | None = None) -> float:
-    """Take one request from the token bucket of ``tid``; 0.0 when allowed, else seconds to wait."""
-    allowed, wait = conn.register_script(_TAKE_TOKEN)(
-        keys=[keys.rate(tid)], args=[repr(float(rate_per_s)), int(burst), repr(time.time() if now is None else now)])
-    return 0.0 if int(allowed) else float(wait)
+def rate_limiter(conn: Redis, state) -> MovingWindowRateLimiter:
+    """The app's moving-window limiter: ``limits``' RedisStorage on the connection pool of ``conn``
+    (the app's Redis, embedded on a unix socket or a ``redis://`` URL alike), keys under
+    ``workers.keys.rate_prefix()``; made once per app (``state``: its ``app.state``)."""
+    made = getattr(state, "rate_limiter", None)
+    if made is None or made[0] is not conn:
+        storage = RedisStorage("redis://", connection_pool=conn.connection_pool, key_prefix=keys.rate_prefix())
+        made = state.rate_limiter = (conn, MovingWindowRateLimiter(storage))
+    return made[1]
+
+
+def take_hit(limiter: MovingWindowRateLimiter, item: RateLimitItem, tid: str) -> float:
+    """One POST of token ``tid`` against ``item``: 0.0 when it passes (and counts), else the seconds
+    until the window has room again (its oldest POST leaves it; a refused POST is not counted)."""
+    if limiter.hit(item, tid):
+        return 0.0
+    return max(0.0, limiter.get_window_stats(item, tid).reset_time - time.time())
 
 
 def rate_limited_token(request: Request, settings: SettingsDep, conn: ConnDep) -> str:
-    """Dependency of the POST routes: the request's token id, after its token bucket.
+    """Dependency of the POST routes: the request's token id, after its rate limit.
 
-    Raises RateLimited (429, ``Retry-After``) when the token sent more than ``rate_limit_burst``
-    POSTs at once or more than ``rate_limit_per_s`` per second over time.
+    Raises RateLimited (429, ``Retry-After``: the seconds until the token's window has room, rounded
+    up) when the token sent more than ``rate_limit_burst`` POSTs at once or more than
+    ``rate_limit_per_s`` per second over time (:func:`rate_limit_item`).
     """
     tid = token_id(token_of(request, settings))
     if settings.rate_limit_per_s > 0:
-        wait = take_token(conn, tid, settings.rate_limit_per_s, settings.rate_limit_burst)
+        wait = take_hit(rate_limiter(conn, request.app.state), rate_limit_item(settings), tid)
         if wait > 0:
             raise RateLimited(f"rate limit: at most rate_limit_per_s={settings.rate_limit_per_s:g} POSTs per "
                               f"second (rate_limit_burst={settings.rate_limit_burst}) per token; retry in "

@@ -19,8 +19,9 @@ each refusal is a one-line message naming the limit and its value):
                                       over the runner's address-space limit (LocalRunner's default:
                                       half the RAM) is a 422 too
     rate_limit_per_s (10), rate_limit_burst (20)
-                                      POSTs per second per token (token bucket in Redis) -> 429
-                                      with ``Retry-After``; rate_limit_per_s = 0 turns it off
+                                      POSTs per second per token, and at once (a moving window
+                                      in Redis, the ``limits`` library: api.limits.rate_limit_item)
+                                      -> 429 with ``Retry-After``; rate_limit_per_s = 0 turns it off
     "measure": "queue" with no worker listening on the device's queue -> 503 naming the queue
     body_read_timeout_s (60), upload_read_timeout_s (900)
                                       seconds within which a request's body must arrive -> 408

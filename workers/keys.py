@@ -16,13 +16,17 @@ key                                         type        holds
 ``best(workload_key, target)``              hash        cost_s, record (the fastest NO_ERROR line)
 ``job(job_id)``                             hash        state, trials_done/total, best_cost_s,
                                                         best_gflops, errors (JSON), timestamps
+``task_jobs(task_id)``                      list        the ids of every job that measured the task
+                                                        (its own and its models'), oldest first
 ``artifact(task_id, fmt)``                  string      bytes of the compiled best program
 ``model(workload_key, target)``             string      bytes of a cost-model snapshot
 ``task_for_workload(workload_key, target)`` string      the task_id of this workload+target
 ``token_jobs(token_id)``                    set         job ids created by one API token (a
                                                         digest of the bearer token, never the
                                                         token itself); ended ones are pruned
-``rate(token_id)``                          hash        token bucket of one API token: tokens, ts
+``rate_prefix()`` ``:post/<token_id>/...``  list        the moving window of one API token's POSTs
+                                                        (their times): the ``limits`` library's key
+                                                        (api.limits.rate_limiter)
 ``queued_jobs()``                           set         ids of jobs created queued; those no longer
                                                         queued are pruned when the set is counted
 ``model_meta(model_id)``                    hash        a whole model (POST /models): model_id, target,
@@ -93,6 +97,10 @@ def job(job_id: str) -> str:
     return f"{PREFIX}job:{job_id}"
 
 
+def task_jobs(task_id: str) -> str:
+    return f"{PREFIX}task_jobs:{task_id}"
+
+
 def artifact(task_id: str, fmt: str) -> str:
     return f"{PREFIX}artifact:{task_id}:{fmt}"
 
@@ -109,8 +117,9 @@ def token_jobs(token_id: str) -> str:
     return f"{PREFIX}token_jobs:{token_id}"
 
 
-def rate(token_id: str) -> str:
-    return f"{PREFIX}rate:{token_id}"
+def rate_prefix() -> str:
+    """The prefix of the ``limits`` library's rate-limit keys (it adds ``:<item key>``)."""
+    return f"{PREFIX}rate"
 
 
 def queued_jobs() -> str:

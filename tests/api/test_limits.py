@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fastapi.testclient import TestClient
 
-from api.limits import check_dag_size, dag_tensor_bytes
+from api.limits import check_dag_size, dag_tensor_bytes, rate_limit_item
 from api.main import create_app
 from api.settings import Settings, default_max_dag_tensor_bytes, half_ram_bytes
 from scheduler_core.dag.compute_dag import ComputeDAG
@@ -184,8 +184,31 @@ def test_request_rate_is_a_429_with_retry_after(redis_url, conn):
     assert r.json()["error"] == "RateLimited" and 1 <= int(r.headers["retry-after"]) <= 2
     _refused(client.post("/tasks/nope/resume", json={"num_measure_trials": 4}), 429, "rate_limit_per_s=1")
     assert client.get("/tasks/nope").status_code == 404          # GETs are not rate limited
-    time.sleep(1.1)
+    time.sleep(int(r.headers["retry-after"]))                     # Retry-After is enough (rounded up)
     assert client.post("/tasks", json=payload(17)).status_code == 201
+    assert conn.keys("autosched:rate:*")                          # the window lives in the service's Redis
+
+
+def test_the_rate_limit_is_a_moving_window_of_the_burst_at_the_rate():
+    def item(rate, burst):
+        it = rate_limit_item(Settings(rate_limit_per_s=rate, rate_limit_burst=burst))
+        return it.amount, it.get_expiry()
+
+    assert item(10.0, 20) == (20, 2)       # the defaults: 20 at once, 10/s over time
+    assert item(1.0, 2) == (2, 2)
+    assert item(0.1, 20) == (20, 200)
+    assert item(10.0, 1) == (10, 1)        # windows are whole seconds: 10 in any second
+    assert item(3.0, 20) == (21, 7)
+
+
+@pytest.mark.integration
+def test_the_rate_limit_keys_hold_a_digest_of_the_token(redis_url, conn):
+    client = _client(redis_url, rate_limit_per_s=1.0, rate_limit_burst=1, api_token="secret")
+    auth = {"Authorization": "Bearer secret"}
+    assert client.post("/tasks/nope/resume", json={"num_measure_trials": 4}, headers=auth).status_code == 404
+    r = client.post("/tasks/nope/resume", json={"num_measure_trials": 4}, headers=auth)
+    assert r.status_code == 429 and r.headers["retry-after"] == "1", (r.status_code, r.headers)
+    assert "secret" not in str(conn.keys("autosched:rate:*"))     # keys hold a digest, never the token
 
 
 @pytest.mark.integration
