@@ -2,18 +2,30 @@
 
     Client(base_url, token) --httpx--> api.main app ; any 4xx/5xx raises ApiError(status, detail)
 
+A 429 or 503 with ``Retry-After`` is waited out and the request sent again (``tenacity``), while
+the waits fit in ``retry_budget_s`` (60 s) in all, each wait announced by ``on_wait`` (a line on
+stderr by default): GETs and DELETEs (idempotent) on every such answer, the job-creating POSTs
+(/tasks, /models, /tasks/{id}/resume) on the refusals that created nothing (every 429: the rate
+limit or the token's active jobs; the 503s of a full queue or of no measurement worker), never on
+the 503 of an unreachable Redis (the job may exist).  A longer Retry-After, or the budget spent:
+the ApiError at once.
+
 Pass ``http=`` an existing ``httpx.Client`` (e.g. FastAPI's ``TestClient``) to
 talk to an in-process app.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
+import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import IO, Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_before_delay
 
 from workers.job_state import ENDED_STATES, JobState
 
@@ -26,14 +38,70 @@ class ApiError(Exception):
         super().__init__(f"HTTP {status}: {detail}")
 
 
+RETRY_BUDGET_S = 60.0          # seconds of Retry-After waits one call may spend in all
+RETRY_STATUSES = (429, 503)
+# The 503s of a POST that created nothing (api.limits' QueueFull, NoMeasurementWorker); every 429
+# of the service (RateLimited, TooManyActiveJobs) creates nothing too.
+NOTHING_CREATED_503 = frozenset({"QueueFull", "NoMeasurementWorker"})
+
+
+def retry_after_s(r: httpx.Response) -> float | None:
+    """The seconds ``r``'s ``Retry-After`` asks to wait (delay-seconds or an HTTP date), or None."""
+    value = r.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_name(r: httpx.Response) -> str | None:
+    try:
+        body = r.json()
+    except ValueError:
+        return None
+    return body.get("error") if isinstance(body, dict) else None
+
+
+def should_retry(method: str, r: httpx.Response) -> bool:
+    """Whether ``r`` (the answer to ``method``) asks to send the request again after its Retry-After:
+    a 429 or 503 with one, for a POST only when nothing was created (see the module docstring)."""
+    if r.status_code not in RETRY_STATUSES or retry_after_s(r) is None:
+        return False
+    if method.upper() != "POST" or r.status_code == 429:
+        return True
+    return _error_name(r) in NOTHING_CREATED_503
+
+
+def _answer(state: RetryCallState) -> httpx.Response:
+    """The response of ``state``'s latest attempt (a failed send raised and is never retried)."""
+    assert state.outcome is not None
+    return state.outcome.result()
+
+
+def _stderr_line(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 class Client:
-    """The service's endpoints as methods; JSON in, JSON (dicts) out."""
+    """The service's endpoints as methods; JSON in, JSON (dicts) out.
+
+    retry_budget_s : seconds of ``Retry-After`` waits one call may spend (0: never wait);
+    on_wait : called with a one-line message before each wait (default: printed on stderr).
+    """
 
     def __init__(self, base_url: str = "http://127.0.0.1:8000", token: str | None = None,
-                 timeout_s: float = 30.0, http: httpx.Client | None = None):
+                 timeout_s: float = 30.0, http: httpx.Client | None = None,
+                 retry_budget_s: float = RETRY_BUDGET_S, on_wait: Callable[[str], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout_s)
         self.http.headers.update(headers)
+        self.retry_budget_s, self.on_wait, self.sleep = retry_budget_s, on_wait or _stderr_line, sleep
 
     def close(self) -> None:
         self.http.close()
@@ -44,8 +112,33 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw) -> httpx.Response:
-        r = self.http.request(method, path, **kw)
+    def _announce(self, method: str, path: str, state: RetryCallState) -> None:
+        assert state.next_action is not None
+        r = _answer(state)
+        name = _error_name(r)
+        self.on_wait(f"the server answered {r.status_code}{f' ({name})' if name else ''} to {method} {path}; "
+                     f"retrying in {state.next_action.sleep:g} s as its Retry-After asks")
+
+    def _send(self, method: str, path: str, rewind: IO[bytes] | None = None, **kw) -> httpx.Response:
+        """``method path``, sent again after each Retry-After :func:`should_retry` honours, while the
+        waits fit in ``retry_budget_s``; the last response.  ``rewind``: a file of the body, put
+        back at its start before each send."""
+        def send() -> httpx.Response:
+            if rewind is not None:
+                rewind.seek(0)
+            return self.http.request(method, path, **kw)
+
+        retrying = Retrying(
+            retry=retry_if_result(lambda r: should_retry(method, r)),
+            wait=lambda state: retry_after_s(_answer(state)) or 0.0,
+            stop=stop_before_delay(self.retry_budget_s),
+            before_sleep=lambda state: self._announce(method, path, state),
+            retry_error_callback=_answer,  # the budget spent: the last answer, not tenacity's RetryError
+            sleep=self.sleep)
+        return retrying(send)
+
+    def _call(self, method: str, path: str, rewind: IO[bytes] | None = None, **kw) -> httpx.Response:
+        r = self._send(method, path, rewind, **kw)
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -129,7 +222,7 @@ class Client:
         with open(onnx_path, "rb") as f:
             files = {"model": (os.path.basename(onnx_path), f, "application/octet-stream")}
             data = {"target": target, "tuning": json.dumps(tuning), "shapes": json.dumps(shapes or {})}
-            return self._call("POST", "/models", files=files, data=data).json()
+            return self._call("POST", "/models", rewind=f, files=files, data=data).json()
 
     def model(self, model_id: str) -> dict:
         return self._call("GET", f"/models/{model_id}").json()
