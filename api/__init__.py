@@ -7,6 +7,7 @@ Reading guide: ``settings`` (one Settings read once), ``schemas`` (TaskCreate,
 TaskPublic, JobPublic, ...), ``errors`` (the library's exceptions mapped to HTTP
 status codes once), ``deps`` (Annotated dependencies), ``routes/`` (one router per
 resource), ``main`` (``create_app``), ``client`` (a small httpx client).
-The API validates DAGs with ``ComputeDAG.from_json`` and otherwise only calls
+The API validates DAGs with the pydantic models of their wire format (``dag_schema``: the
+structure, and the OpenAPI schema) and ``ComputeDAG.from_json`` (the rest), and otherwise only calls
 ``workers``; it never compiles or measures anything itself.
 """

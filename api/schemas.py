@@ -6,8 +6,9 @@
 
 Request schemas are strict (no "10" for 10, no true for 1) and forbid unknown
 fields, so a typo is a 422 naming the field instead of a silently ignored option.
-The DAG itself is checked by ``ComputeDAG.from_json`` in the route (its limits
-live in Settings), not here.
+The DAG itself is checked in the route: its structure by the models of ``api.dag_schema`` (whose
+JSON Schema the ``dag`` field carries), then by ``ComputeDAG.from_json`` (its limits live in
+Settings), so that every DAG problem is one 422 naming its path.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class TaskCreate(_Request):
     model_config = ConfigDict(json_schema_extra={"examples": [TASK_EXAMPLE]})
 
     dag: Annotated[dict[str, Any], WithJsonSchema(dag_schema(TASK_EXAMPLE["dag"]))] = Field(
-        description="ComputeDAG JSON (docs/dag_json_schema.md), validated by ComputeDAG.from_json")
+        description="ComputeDAG JSON (docs/dag_json_schema.md), validated by the models of this schema, "
+                    "then by ComputeDAG.from_json")
     target: Target = "llvm"
     tuning: TuningOptions = Field(default_factory=TuningOptions)
 

@@ -1,6 +1,8 @@
 """The task resource: create (and start a search), read, records, best, artifact, resume.
 
-    POST /tasks --ComputeDAG.from_json (limits from Settings)--> store.create_task_with_job
+    POST /tasks --api.dag_schema.check_dag_structure (the pydantic models of the wire format: types,
+                fields, kinds)--> ComputeDAG.from_json (references, dtypes, scopes, bounds; limits
+                from Settings)--> store.create_task_with_job
                 (task, index and queued job in one Redis transaction; 409 naming the active
                 job while the task has one) --api.admit.admit_and_enqueue (RQ "tune" queue)--> 201 TaskCreated
     POST /tasks/{id}/resume --store.create_job (the same rule, atomic)--> admit_and_enqueue --> 201
@@ -34,6 +36,7 @@ from workers.store import RedisStore
 from workers.task_index import list_tasks, task_curve
 
 from ..admit import admit_and_enqueue
+from ..dag_schema import check_dag_structure
 from ..dashboard_schemas import Curve, TaskPage
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, error_responses
@@ -88,6 +91,7 @@ def create_task(body: TaskCreate, settings: SettingsDep, store: StoreDep, conn: 
     tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
     trials = tuning["num_measure_trials"]
     check_job_trials(settings, trials)
+    check_dag_structure(body.dag)
     dag = ComputeDAG.from_json(body.dag, require_concrete_shapes=True, **settings.dag_limits())
     check_dag_size(settings, dag)
     check_measure_mode(tuning["measure"], body.target)
