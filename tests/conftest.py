@@ -42,6 +42,9 @@ import pytest
 sys.modules.setdefault("triton", None)  # type: ignore[arg-type]
 
 RUN_ENV = "AUTOSCHED_TEST_RUN"
+# A job's worker times the torch baseline only when asked: importing torch costs seconds per job
+# (workers.baselines); the tests that check it turn it on for themselves.
+os.environ.setdefault("AUTOSCHED_BASELINE_TORCH", "0")
 GRACE_S = 5.0
 _SERVICE = re.compile(r"(^|[\s/])(redis-server|rq|rqworker|autosched)(\s|$)|\b(workers|api|rq)\.cli\b")
 _UNIX_URL = re.compile(r"unix://(/[^\s?]+)")

@@ -10,7 +10,8 @@ pipeline they share: a task job is a model job with one task of weight 1.
             (one task: its SketchPolicy with early stopping)
         --> records, best index, job progress in Redis (after every batch)
       --> finalize: the best record of each task --apply_layout_rewrite + build--> artifacts
-          (so, o, ll, asm, h; cuda: cu, ptx, cubin, json); a model's .tar.gz
+          (so, o, ll, asm, h; cuda: cu, ptx, cubin, json); a model's .tar.gz; a task job's
+          numpy (and torch) baseline and the machine's estimated peak (workers.baselines)
 
 A retried or re-enqueued job (a worker killed mid-search, RQ's Retry) starts
 over from Redis: it measures only ``trials - trials_done`` more states and
@@ -35,6 +36,7 @@ from scheduler_core.search.search_task import SearchTask
 from scheduler_core.search.task_scheduler import TaskScheduler
 from scheduler_core.search.tuning_options import TuningOptions
 
+from .baselines import record_job_baselines
 from .best import best_program
 from .job_logs import job_logging, one_line
 from .job_plan import JobPlan, load_measured, make_measurer, preload_measured, save_cost_model, trained_cost_model
@@ -172,8 +174,11 @@ def tune_job(task_id: str, job_id: str, num_measure_trials: int) -> dict:
         search_task = SearchTask(compute_dag=task.compute_dag, workload_key=task.workload_key, target=task.target)
         return JobPlan.of_task(search_task, task_id, meta.tuning)
 
-    return run_job(store, job_id, f"task {task_id}", int(num_measure_trials), plan,
-                   lambda p: finalize_task(store, p.task_ids[0], str(p.tasks[0].workload_key), p.target))
+    def finalize(p: JobPlan) -> None:
+        finalize_task(store, p.task_ids[0], str(p.tasks[0].workload_key), p.target)
+        record_job_baselines(store, job_id, p.tasks[0].compute_dag, p.target)
+
+    return run_job(store, job_id, f"task {task_id}", int(num_measure_trials), plan, finalize)
 
 
 def run_job(store: RedisStore, job_id: str, subject: str, trials: int, plan: Callable[[], JobPlan],
@@ -258,6 +263,7 @@ def search_job(store: RedisStore, plan: JobPlan, job_id: str, trials: int, on_ph
     sink = RedisRecordSink(store, plan.tasks, job_id, plan.weights,
                            plan.ids_by_workload if plan.per_task_trials else None)
     sink.publish_best()  # the tasks' best so far, before this job measures anything
+    store.mark_first_trials(job_id, list(plan.task_ids), [str(t.workload_key) for t in plan.tasks], plan.target)
     job = store.get_job(job_id)
     remaining = trials - (job.trials_done if job else 0)
     if remaining <= 0:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .job_state import JobState
@@ -75,6 +75,28 @@ class TaskRecord:
 
 
 @dataclass(frozen=True)
+class BaselineTiming:
+    """What a user would otherwise call, timed by the worker at the end of a task job
+    (``workers.baselines``): ``library`` ("numpy" or "torch"), its ``formula`` (e.g.
+    ``out = (A @ B) + C``), median ``seconds`` of a call, at ``threads`` threads (the tuned
+    program's)."""
+
+    library: str
+    formula: str
+    seconds: float
+    threads: int
+
+
+@dataclass(frozen=True)
+class PeakEstimate:
+    """An estimate of the measuring machine's peak float32 speed, in GFLOP/s, and ``how`` it was
+    computed (``workers.baselines.peak_estimate``: cores x vector lanes x 2 (FMA) x FMA units x GHz)."""
+
+    gflops: float
+    how: str
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """One search job (``keys.job``): a task job (``task_id``) or a model job (``model_id``).
 
@@ -82,7 +104,11 @@ class JobRecord:
     (a model's weighted latency) in seconds, best_gflops its speed (None before a success);
     errors : {MeasureErrorNo name: count}; created / started / ended / phase_since : seconds
     since the epoch (None: not yet); error : the one-line failure; cancel : a cancel was asked;
-    phase : the running search's phase ("" when none); task_trials : a model job's trials per task.
+    phase : the running search's phase ("" when none); task_trials : a model job's trials per task;
+    first_trials : {task_id: records of the task before this job measured} (its first trial is
+    that + 1; written once, when its search starts); baselines : the numpy (and torch) baseline
+    timed at the end of a task job ((): none, e.g. a DAG with no numpy formulation, a cuda target);
+    peak : the estimated peak of the machine that timed them (None: not estimated).
     """
 
     job_id: str
@@ -102,6 +128,9 @@ class JobRecord:
     phase: str = ""
     phase_since: float | None = None
     task_trials: Mapping[str, int] = field(default_factory=dict)
+    first_trials: Mapping[str, int] = field(default_factory=dict)
+    baselines: tuple[BaselineTiming, ...] = ()
+    peak: PeakEstimate | None = None
 
     @classmethod
     def queued(cls, job_id: str, task_id: str, trials: int, model_id: str | None = None) -> JobRecord:
@@ -119,7 +148,10 @@ class JobRecord:
                    int(d.get("trials_total") or 0), int(d.get("trials_done") or 0), d.get("model_id") or None,
                    _float(d.get("best_cost_s")), _float(d.get("best_gflops")), json.loads(d.get("errors") or "{}"),
                    _float(d.get("created")), _float(d.get("started")), _float(d.get("ended")), d.get("error", ""),
-                   bool(int(d.get("cancel") or 0)), d.get("phase", ""), _float(d.get("phase_since")), trials)
+                   bool(int(d.get("cancel") or 0)), d.get("phase", ""), _float(d.get("phase_since")), trials,
+                   {str(k): int(v) for k, v in json.loads(d.get("first_trials") or "{}").items()},
+                   tuple(BaselineTiming(**b) for b in json.loads(d.get("baselines") or "[]")),
+                   PeakEstimate(**json.loads(d["peak"])) if d.get("peak") else None)
 
     def to_hash(self) -> HashFields:
         h: HashFields = {
@@ -133,6 +165,12 @@ class JobRecord:
         if self.model_id is not None:
             h["model_id"] = self.model_id
         h.update({f"{TASK_TRIALS_PREFIX}{t}": int(n) for t, n in self.task_trials.items()})
+        if self.first_trials:
+            h["first_trials"] = json.dumps({t: int(n) for t, n in self.first_trials.items()})
+        if self.baselines:
+            h["baselines"] = json.dumps([asdict(b) for b in self.baselines])
+        if self.peak is not None:
+            h["peak"] = json.dumps(asdict(self.peak))
         return h
 
 

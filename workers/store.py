@@ -159,6 +159,7 @@ def stage_task(p: Any, task: WatchedTask, workload_key: str, target: str, dag_te
         p.zadd(keys.tasks_by_created(), {task.task_id: now_s})
     if latest_job_id is not None:
         fields["latest_job_id"] = latest_job_id
+        p.rpush(keys.task_jobs(task.task_id), latest_job_id)
     p.hset(keys.task(task.task_id), mapping=fields)
 
 
@@ -299,6 +300,7 @@ class RedisStore:
                     p.hset(keys.job(job_id), mapping=new_job_fields(job_id, task_id, trials))
                     admit(p, admission, job_id, stale)
                     p.hset(keys.task(task_id), "latest_job_id", job_id)
+                    p.rpush(keys.task_jobs(task_id), job_id)
                     p.hincrby(keys.task(task_id), "trials_total", int(trials))
                     p.execute()
                     return job_id
@@ -339,6 +341,32 @@ class RedisStore:
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job's record, or None for an unknown id."""
         return JobRecord.from_hash(self.conn.hgetall(keys.job(job_id)))
+
+    def task_jobs(self, task_id: str) -> list[JobRecord]:
+        """Every job that measured the task (its tune jobs and its models' jobs), oldest first.
+
+        A task stored before ``keys.task_jobs`` existed lists its latest job only.  Jobs whose
+        hash is gone are left out.
+        """
+        ids = [_s(j) for j in self.conn.lrange(keys.task_jobs(task_id), 0, -1)]
+        if not ids:
+            latest = self.conn.hget(keys.task(task_id), "latest_job_id")
+            ids = [_s(latest)] if latest else []
+        with self.conn.pipeline(transaction=False) as p:
+            for j in ids:
+                p.hgetall(keys.job(j))
+            hashes = p.execute() if ids else []
+        return [job for job in (JobRecord.from_hash(h) for h in hashes) if job is not None]
+
+    def mark_first_trials(self, job_id: str, task_ids: list[str], workload_keys: list[str], target: str) -> None:
+        """Write the job's ``first_trials`` ({task_id: records of its workload on ``target`` now})
+        unless it has one (HSETNX: a retried job keeps the count of its first start)."""
+        with self.conn.pipeline(transaction=False) as p:
+            for wk in workload_keys:
+                p.llen(keys.records(wk, target))
+            counts = p.execute() if workload_keys else []
+        self.conn.hsetnx(keys.job(job_id), "first_trials",
+                         json.dumps({t: int(n) for t, n in zip(task_ids, counts)}))
 
     def set_job_state(self, job_id: str, state: str, error: str = "") -> None:
         """Set ``state`` (a JobState or its value), stamping ``started`` / ``ended``.

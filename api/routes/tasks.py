@@ -7,7 +7,8 @@
                 job while the task has one) --api.admit.admit_and_enqueue (RQ "tune" queue)--> 201 TaskCreated
     POST /tasks/{id}/resume --store.create_job (the same rule, atomic)--> admit_and_enqueue --> 201
     GET /tasks --workers.task_index.list_tasks--> TaskPage (newest first, filter by state / workload)
-    GET /tasks/{id}/curve --workers.task_index.task_curve--> Curve (every record, best so far, errors)
+    GET /tasks/{id}/curve --workers.task_index.task_curve--> Curve (every record, best so far, errors;
+                the DAG's FLOPs and text; the task's jobs with their baselines: store.task_jobs)
 
 Only the request whose transaction created the job enqueues it, so concurrent POSTs of one
 workload start one search.
@@ -33,11 +34,11 @@ from workers.best import describe_best
 from workers.job_state import JobState
 from workers.records import TaskRecord
 from workers.store import RedisStore
-from workers.task_index import list_tasks, task_curve
+from workers.task_index import dag_flops, list_tasks, task_curve
 
 from ..admit import admit_and_enqueue
 from ..dag_schema import check_dag_structure
-from ..dashboard_schemas import Curve, TaskPage
+from ..dashboard_schemas import Curve, TaskPage, curve_jobs
 from ..deps import ConnDep, SettingsDep, StoreDep, TaskDep
 from ..errors import ConflictError, error_responses
 from ..limits import (
@@ -118,12 +119,17 @@ def read_task_list(conn: ConnDep,
 
 @router.get("/{task_id}/curve", response_model=Curve, operation_id="read_curve",
             responses=error_responses(404, 422, 503))
-async def read_curve(task: TaskDep, conn: ConnDep) -> Curve:
+async def read_curve(task: TaskDep, conn: ConnDep, store: StoreDep) -> Curve:
     """The tuning curve: one point per record in the order measured (latency in seconds and
-    GFLOP/s, or the error's MeasureErrorNo name), the trials where the best improved, and the
-    errors counted by kind.  404 for an unknown task."""
+    GFLOP/s, or the error's MeasureErrorNo name), the trials where the best improved, the
+    errors counted by kind, the DAG's FLOPs and text, and every job that measured the task (its
+    first trial, the baselines its worker timed, the peak estimate).  404 for an unknown task."""
     curve = await run_in_threadpool(task_curve, conn, task.workload_key, task.target)
-    return Curve(task_id=task.task_id, **curve)
+    jobs = await run_in_threadpool(store.task_jobs, task.task_id)
+    dag = await run_in_threadpool(store.load_dag, task.workload_key)
+    flop = dag_flops(conn, {task.workload_key})[task.workload_key]
+    return Curve(task_id=task.task_id, **curve, flop_ct=flop, dag_text=str(dag),
+                 jobs=curve_jobs(task.task_id, jobs, flop))
 
 
 @router.get("/{task_id}", response_model=TaskPublic, operation_id="read_task", responses=error_responses(404, 422, 503))

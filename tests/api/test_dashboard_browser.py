@@ -33,11 +33,21 @@ import scheduler_core as sc
 from api.main import create_app
 from api.routes.dashboard import DASHBOARD_DIR
 from api.settings import Settings
+from scheduler_core import te
 from tests.api.live_server import live_server, run_burst_worker
 from tests.workers.test_model_jobs import model_graph
 from tests.workloads import matmul_add
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gather() -> sc.ComputeDAG:
+    """G[i] = A[idx[i]]: a gather, which has no numpy formulation (measure/baseline.py)."""
+    A = te.placeholder((50,), name="A")
+    idx = te.placeholder((8,), name="idx", dtype="int32")
+    return sc.ComputeDAG([A, idx, te.compute((8,), lambda i: A[idx[i]], name="G")])
+
+
 SCREENSHOT = ROOT / "test-output" / "dashboard_task.png"
 TOKEN = "dashboard-test-token"
 TUNING = {"num_measures_per_round": 4, "population": 16, "num_iters": 1, "repeat": 1, "min_repeat_ms": 5.0}
@@ -172,8 +182,23 @@ def test_dashboard_in_chromium(server, driver, downloads):
     r = api.post("/tasks", json={"dag": dag, "target": "llvm", "tuning": {"num_measure_trials": 4, **TUNING}})
     assert r.status_code == 201, r.text
     task_id, job_id = r.json()["task_id"], r.json()["job_id"]
+    # A gather (no numpy formulation): the same worker run tunes it, and its job stores no baseline.
+    r = api.post("/tasks", json={"dag": json.loads(_gather().to_json()), "target": "llvm",
+                                 "tuning": {"num_measure_trials": 2, **TUNING}})
+    assert r.status_code == 201, r.text
+    gather_task, gather_job = r.json()["task_id"], r.json()["job_id"]
     run_burst_worker(conn)
-    assert api.get(f"/jobs/{job_id}").json()["state"] == "finished"
+    job = api.get(f"/jobs/{job_id}").json()
+    assert job["state"] == "finished"
+    # The worker timed the numpy baseline at the end of the job (torch is off in the tests:
+    # AUTOSCHED_BASELINE_TORCH=0, tests/conftest.py) and estimated the peak.
+    [numpy_base] = job["baselines"]
+    assert numpy_base["library"] == "numpy" and numpy_base["formula"] == "out = (A @ B) + C", numpy_base
+    assert 0 < numpy_base["seconds"] < 0.1 and numpy_base["threads"] >= 1
+    assert job["peak"] is None or (job["peak"]["gflops"] > 0 and "GHz" in job["peak"]["how"])
+    assert job["first_trials"] == {task_id: 0}
+    gjob = api.get(f"/jobs/{gather_job}").json()
+    assert gjob["state"] == "finished" and gjob["baselines"] == [], gjob
     n_records = api.get(f"/tasks/{task_id}/records").json()["total"]
     best = api.get(f"/tasks/{task_id}/best").json()
     assert n_records == 4
@@ -182,13 +207,14 @@ def test_dashboard_in_chromium(server, driver, downloads):
 
     # The list: the page itself needs no token; ?token= is kept for the JSON calls.
     driver.get(f"{base}/dashboard?token={TOKEN}")
-    wait.until(lambda d: d.find_element(By.ID, "tasks").get_attribute("data-loaded") == "1")
+    wait.until(lambda d: d.find_element(By.ID, "tasks").get_attribute("data-loaded") == "2")
     assert "token" not in driver.current_url
-    link = driver.find_element(By.CSS_SELECTOR, "#task-rows a.task-link")
-    assert link.text == "matmul+out" and link.get_attribute("href") == f"{base}/dashboard/tasks/{task_id}"
-    row = driver.find_element(By.CSS_SELECTOR, "#task-rows tr").text
+    links = driver.find_elements(By.CSS_SELECTOR, "#task-rows a.task-link")  # newest first: the gather
+    assert [a.text for a in links] == ["G", "matmul+out"]
+    assert links[1].get_attribute("href") == f"{base}/dashboard/tasks/{task_id}"
+    row = driver.find_elements(By.CSS_SELECTOR, "#task-rows tr")[1].text
     assert "finished" in row and "llvm" in row
-    assert _text(driver, "#page-info") == "1-1 of 1"
+    assert _text(driver, "#page-info") == "1-2 of 2"
     SCREENSHOT.parent.mkdir(exist_ok=True)
     driver.save_screenshot(str(SCREENSHOT.with_name("dashboard_list.png")))
     seen += _requests(driver)
@@ -206,6 +232,35 @@ def test_dashboard_in_chromium(server, driver, downloads):
     assert all(h.startswith(f"{base}/tasks/{task_id}/artifact?") for h in hrefs)
     assert driver.find_element(By.ID, "job").get_attribute("data-state") == "finished"
     assert _text(driver, "#job-trials") == "4 / 4"
+    # The curve: latency on a linear axis with the stored numpy baseline as a labelled line, the
+    # FLOPs, the DAG's text and the job history (times in UTC).
+    curve_box = driver.find_element(By.ID, "curve")
+    assert curve_box.get_attribute("data-metric") == "latency"
+    assert float(curve_box.get_attribute("data-baseline-numpy")) == numpy_base["seconds"]
+    mark = driver.find_element(By.CSS_SELECTOR, "#curve-marks li[data-kind='baseline'][data-library='numpy']")
+    assert "numpy baseline: out = (A @ B) + C" in mark.text, mark.text
+    flop = api.get(f"/tasks/{task_id}/curve").json()["flop_ct"]
+    assert flop == 2 * 16 ** 3 + 16 * 16 and _text(driver, "#flops").startswith("8.448e+3 FLOP per run")
+    assert "matmul" in _text(driver, "#dag-text")
+    assert driver.find_element(By.ID, "jobs").get_attribute("data-loaded") == "1"
+    job_row = driver.find_element(By.CSS_SELECTOR, f"#job-rows tr[data-job-id='{job_id}']").get_property("textContent")
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", job_row) and "out = (A @ B) + C" in job_row
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", _text(driver, "#created"))
+    # The toggle: GFLOP/s with the peak line (an estimate, said so), then back to latency.
+    driver.find_element(By.ID, "metric-gflops").click()
+    wait.until(lambda d: d.find_element(By.ID, "curve").get_attribute("data-metric") == "gflops")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#curve canvas"))
+    marks = driver.find_elements(By.CSS_SELECTOR, "#curve-marks li[data-kind='baseline']")
+    assert float(marks[0].get_attribute("data-value")) == pytest.approx(flop / numpy_base["seconds"] / 1e9)
+    if job["peak"] is not None:
+        assert float(driver.find_element(By.ID, "curve").get_attribute("data-peak")) == job["peak"]["gflops"]
+        assert driver.find_elements(By.CSS_SELECTOR, "#curve-marks li[data-kind='peak']")
+        assert "estimate" in _text(driver, "#peak-note") and job["peak"]["how"] in _text(driver, "#peak-note")
+    driver.save_screenshot(str(SCREENSHOT.with_name("dashboard_gflops.png")))
+    driver.find_element(By.ID, "metric-latency").click()
+    wait.until(lambda d: d.find_element(By.ID, "curve").get_attribute("data-metric") == "latency")
+    assert not driver.find_elements(By.CSS_SELECTOR, "#curve-marks li[data-kind='peak']")
+    assert driver.find_element(By.ID, "peak-note").get_attribute("hidden") is not None
     seen += _requests(driver)
 
     # A download link carries the token: the file is fetched with the Authorization header.
@@ -232,11 +287,22 @@ def test_dashboard_in_chromium(server, driver, downloads):
     assert total == 8 and api.get(f"/jobs/{new_job}").json()["state"] == "finished"
     wait.until(lambda d: d.find_element(By.ID, "curve").get_attribute("data-points") == str(total))
     assert _text(driver, "#job-trials") == "4 / 4"
+    # The resumed job is marked where its measurements begin, and the job history lists both.
+    wait.until(lambda d: d.find_element(By.ID, "curve").get_attribute("data-job-marks") == "1,5")
+    assert driver.find_element(By.ID, "jobs").get_attribute("data-loaded") == "2"
     log = api.get(f"/jobs/{new_job}/logs", params={"tail": 40}).text  # the job's last log lines
     wait.until(lambda d: _text(d, "#job-log") == (log or "(no log line yet)"))
     driver.execute_script("document.getElementById('log-box').open = true")
     driver.save_screenshot(str(SCREENSHOT))  # 8 points: the first job's 4 and the resumed job's 4
     assert SCREENSHOT.stat().st_size > 10_000
+    seen += _requests(driver)
+
+    # The gather's page says why it has no baseline line.
+    driver.get(f"{base}/dashboard/tasks/{gather_task}")
+    wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+    assert "no numpy formulation" in _text(driver, "#baseline-note")
+    assert driver.find_element(By.ID, "curve").get_attribute("data-baseline-numpy") == ""
+    assert not driver.find_elements(By.CSS_SELECTOR, "#curve-marks li[data-kind='baseline']")
     seen += _requests(driver)
 
     # A model's page: TVM's task scheduler table, one row per task, after a model job.
@@ -249,12 +315,19 @@ def test_dashboard_in_chromium(server, driver, downloads):
     assert model["state"] == "finished", model
     driver.get(f"{base}/dashboard/models/{model_id}")
     wait.until(lambda d: d.find_element(By.ID, "tasks").get_attribute("data-loaded") == str(len(model["tasks"])))
-    rows = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#task-rows tr")]
-    for t, text in zip(model["tasks"], rows):
-        assert t["task_id"] in text and ", ".join(t["functions"]) in text, text
-        assert f"{t['job_trials']} / {t['trials']}" in text and "%" in text, text
+    rows = driver.find_elements(By.CSS_SELECTOR, "#task-rows tr")
+    assert len(rows) == len(model["tasks"]) == 2
+    for k, (t, row) in enumerate(zip(model["tasks"], rows)):
+        cells = [c.get_property("textContent") for c in row.find_elements(By.TAG_NAME, "td")]
+        # TVM's columns: ID, task, latency (ms), speed (GFLOP/s), trials, weight (and the share)
+        assert cells[0] == str(k) and t["task_id"] in cells[1] and ", ".join(t["functions"]) in cells[1], cells
+        assert cells[2] == (f"{t['best_cost_s'] * 1e3:.3f}" if t["best_cost_s"] is not None else "-"), cells
+        assert cells[3] == (f"{t['best_gflops']:.2f}" if t["best_gflops"] is not None else "-"), cells
+        assert cells[4] == f"{t['job_trials']} / {t['trials']}" and cells[5] == str(t["weight"]), cells
     assert _text(driver, "#job-trials") == "4 / 4" and "finished" in _text(driver, "#job-state")
-    assert _text(driver, "#total-latency") not in ("", "-")
+    assert model["total_latency_s"] is not None
+    assert _text(driver, "#total-latency") == f"{model['total_latency_s'] * 1e3:.3f}"
+    assert _text(driver, "#total-trials") == "4" and _text(driver, "#used-time").endswith(" s")
     hrefs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#artifact a")]
     assert hrefs == [f"{base}/models/{model_id}/artifact", f"{base}/models/{model_id}/artifact?format=h"]
     driver.save_screenshot(str(SCREENSHOT.with_name("dashboard_model.png")))

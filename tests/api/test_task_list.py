@@ -150,8 +150,18 @@ def test_curve_agrees_with_the_records(client, made):
             errors[name] = errors.get(name, 0) + 1
     assert curve["best"] == steps and curve["errors"] == errors
     assert curve["best"][-1]["cost_s"] == pytest.approx(best["cost_s"], rel=1e-12)
+    # The DAG, and the job that measured it: from trial 1, with the numpy baseline its worker timed
+    assert curve["flop_ct"] == 2 * 16 ** 3 + 16 * 16 and "matmul" in curve["dag_text"]
+    [job] = curve["jobs"]
+    assert job["first_trial"] == 1 and job["state"] == "finished" and job["trials_done"] == 4
+    [numpy_base] = job["baselines"]
+    assert numpy_base["library"] == "numpy" and numpy_base["formula"] == "out = (A @ B) + C"
+    assert numpy_base["gflops"] == pytest.approx(curve["flop_ct"] / numpy_base["seconds"] / 1e9)
+    assert client.get(f"/jobs/{job['job_id']}").json()["baselines"][0]["seconds"] == numpy_base["seconds"]
     empty = client.get(f"/tasks/{made['bare'][0]}/curve").json()
-    assert empty == {"task_id": made["bare"][0], "points": [], "best": [], "errors": {}}
+    assert empty["jobs"] == [] and empty["flop_ct"] > 0 and empty["dag_text"]
+    assert {k: empty[k] for k in ("task_id", "points", "best", "errors")} == {
+        "task_id": made["bare"][0], "points": [], "best": [], "errors": {}}
 
 
 def test_unknown_task_curve_is_a_404(client, made):

@@ -131,10 +131,12 @@ const Dash = (() => {
     return g >= 100 ? g.toFixed(0) : g >= 1 ? g.toFixed(2) : g.toPrecision(3);
   }
 
+  // An ISO 8601 time -> "2026-11-28 23:41:07 UTC" (always UTC, with the zone); "-" for none.
   function fmtTime(iso) {
     if (!iso) return "-";
     const d = new Date(iso);
-    return isNaN(d.getTime()) ? String(iso) : d.toLocaleString();
+    if (isNaN(d.getTime())) return String(iso);
+    return d.toISOString().slice(0, 19).replace("T", " ") + " UTC";
   }
 
   function stateBadge(state) {

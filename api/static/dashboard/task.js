@@ -1,5 +1,6 @@
 // /dashboard/tasks/{id}: one task.  GET /tasks/{id} (facts), /tasks/{id}/curve (the chart: every
-// measurement a point, the best latency and GFLOP/s so far), /tasks/{id}/best (the schedule as
+// measurement a point and the best so far, in latency or GFLOP/s; job boundaries, the baselines,
+// the peak estimate; the FLOPs, the DAG's text and the job history), /tasks/{id}/best (the schedule as
 // Python, the lowered program), artifact and record links, POST /tasks/{id}/resume, and the
 // latest job polled (GET /jobs/{id}) every POLL_MS while it is queued or running.
 "use strict";
@@ -27,6 +28,19 @@
   let lastTrialsDone = -1;
 
   // -- the curve --------------------------------------------------------------------------
+  // One metric at a time on a linear axis (METRIC: "latency" or "gflops").  Latency: the axis
+  // stops at the useful range (CLIP_QUANTILE of the measurements x CLIP_MARGIN, widened to show the
+  // baselines and the best); a slower measurement is drawn at the top edge in orange, its true
+  // value in the legend.  Vertical lines: where each job's measurements begin.  Horizontal lines:
+  // the numpy / torch baselines of the latest job that timed them and, in GFLOP/s, the estimated peak.
+  const CLIP_QUANTILE = 0.9;
+  const CLIP_MARGIN = 1.25;
+  const PEAK_SPAN = 3;  // the peak line joins the axis when it is at most this many times the highest value
+  const COLORS = { point: "#4a7bd0", outlier: "#e8590c", best: "#d0473a", numpy: "#2f9e44", torch: "#ae3ec9",
+                   peak: "#495057", job: "#868e96" };
+  let metric = "latency";
+  let lastCurve = null;
+
   function unitFor(points) {
     const costs = points.map((p) => p.cost_s).filter((c) => c !== null).sort((a, b) => a - b);
     const mid = costs.length ? costs[Math.floor(costs.length / 2)] : 1e-3;
@@ -35,28 +49,150 @@
     return { scale: 1, label: "s" };
   }
 
-  function curveData(points, unit) {
-    const x = [], lat = [], bestLat = [], bestGf = [];
-    let best = null, bestG = null;
+  function quantile(sorted, q) {
+    return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * (sorted.length - 1) + 0.5))] : null;
+  }
+
+  // The latest job with baselines, and the latest with a peak estimate.
+  function lineSources(jobs) {
+    const withBase = jobs.filter((j) => j.baselines.length);
+    const withPeak = jobs.filter((j) => j.peak_gflops !== null && j.peak_gflops !== undefined);
+    return { baseJob: withBase.length ? withBase[withBase.length - 1] : null,
+             peakJob: withPeak.length ? withPeak[withPeak.length - 1] : null };
+  }
+
+  // {x, series: [{label, values (drawn), real (shown), style}], hi, outliers}
+  function curveModel(curve, unit) {
+    const points = curve.points;
+    const x = points.map((p) => p.trial);
+    const { baseJob, peakJob } = lineSources(curve.jobs);
+    const lat = metric === "latency";
+    const val = (p) => (lat ? (p.cost_s === null ? null : p.cost_s * unit.scale) : p.gflops);
+    const real = points.map(val);
+    const best = [];
+    let b = null;
     for (const p of points) {
-      x.push(p.trial);
-      const v = p.cost_s === null ? null : p.cost_s * unit.scale;
-      lat.push(v);
-      if (p.cost_s !== null && (best === null || p.cost_s < best)) {
-        best = p.cost_s;
-        bestG = p.gflops;
-      }
-      bestLat.push(best === null ? null : best * unit.scale);
-      bestGf.push(bestG);
+      if (p.cost_s !== null && (b === null || p.cost_s < b.cost_s)) b = p;
+      best.push(b === null ? null : val(b));
     }
-    return [x, lat, bestLat, bestGf];
+    const lines = [];
+    for (const bl of baseJob ? baseJob.baselines : []) {
+      const v = lat ? bl.seconds * unit.scale : bl.gflops;
+      if (v !== null && v !== undefined) lines.push({ kind: "baseline", library: bl.library, value: v, raw: bl,
+        label: bl.library + " baseline: " + bl.formula, color: COLORS[bl.library] || COLORS.numpy });
+    }
+    if (!lat && peakJob) lines.push({ kind: "peak", value: peakJob.peak_gflops, raw: peakJob,
+      label: "peak (estimate) " + fmtGflops(peakJob.peak_gflops) + " GFLOP/s", color: COLORS.peak });
+    const ok = real.filter((v) => v !== null).sort((a, c) => a - c);
+    let hi = ok.length ? ok[ok.length - 1] : 1;
+    if (lat && ok.length) {
+      const useful = Math.max(quantile(ok, CLIP_QUANTILE) * CLIP_MARGIN, ...lines.map((l) => l.value * 1.1),
+                              (best[best.length - 1] || 0) * 1.5);
+      hi = Math.min(hi, useful);
+    }
+    // A peak far above every measurement would flatten the curve: it stays off the axis, said at its top.
+    const dataHi = Math.max(hi, ...lines.filter((l) => l.kind !== "peak").map((l) => l.value));
+    for (const l of lines) if (l.kind === "peak" && l.value > PEAK_SPAN * dataHi) l.above = true;
+    hi = Math.max(hi, ...lines.filter((l) => !l.above).map((l) => l.value)) * 1.05 || 1;
+    const inside = real.map((v) => (v !== null && v <= hi ? v : null));
+    const edge = real.map((v) => (v !== null && v > hi ? hi : null));
+    const outliers = edge.filter((v) => v !== null).length;
+    return { x, real, inside, edge, outliers, best: best.map((v) => (v === null ? null : Math.min(v, hi))),
+             bestReal: best, lines, hi };
+  }
+
+  function fmtVal(v, unit) {
+    if (v === null || v === undefined) return "-";
+    return metric === "latency" ? v.toPrecision(4) + " " + unit.label : fmtGflops(v) + " GFLOP/s";
+  }
+
+  // Job boundaries and line labels, drawn on the chart's canvas after uPlot draws the series.
+  function drawMarks(u, model, jobs) {
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    const dpr = window.devicePixelRatio || 1;
+    ctx.save();
+    ctx.font = (11 * dpr) + "px system-ui, sans-serif";
+    ctx.setLineDash([4 * dpr, 4 * dpr]);
+    ctx.lineWidth = dpr;
+    jobs.forEach((j, k) => {
+      if (j.first_trial === null || j.first_trial === undefined) return;
+      const px = u.valToPos(j.first_trial - 0.5, "x", true);
+      if (px < left - 1 || px > left + width + 1) return;
+      ctx.strokeStyle = COLORS.job;
+      ctx.beginPath();
+      ctx.moveTo(px, top);
+      ctx.lineTo(px, top + height);
+      ctx.stroke();
+      ctx.fillStyle = COLORS.job;
+      ctx.fillText((k === 0 ? "job 1" : "job " + (k + 1) + " (resumed)") + (j.model_id ? " model" : ""),
+                   px + 3 * dpr, top + 12 * dpr);
+    });
+    for (const line of model.lines) {
+      const py = line.above ? top + 12 * dpr : u.valToPos(line.value, "y", true);
+      ctx.fillStyle = line.color;
+      ctx.textAlign = "right";
+      ctx.fillText(line.label + (line.above ? " \u2191 above this axis" : ""), left + width - 4 * dpr,
+                   line.above ? py : py - 4 * dpr);
+    }
+    ctx.restore();
+  }
+
+  function showMarks(curve, model) {
+    const list = clear(document.getElementById("curve-marks"));
+    for (const line of model.lines) {
+      const detail = line.kind === "peak" ? (line.above ? " (above the axis)" : "") + " \u2014 " + line.raw.peak_how
+        : " \u2014 " + fmtSeconds(line.raw.seconds) + " (" + fmtGflops(line.raw.gflops) + " GFLOP/s) at "
+          + line.raw.threads + " thread" + (line.raw.threads === 1 ? "" : "s") + ", timed by the worker at the end of job "
+          + lineSources(curve.jobs).baseJob.job_id.slice(0, 8);
+      list.appendChild(el("li", { dataset: { kind: line.kind, library: line.library || "", value: String(line.value) } },
+        el("span", { class: "swatch", style: null }, ""), line.label, detail));
+      list.lastChild.firstChild.style.borderColor = line.color;
+    }
+    curve.jobs.forEach((j, k) => {
+      if (j.first_trial === null || j.first_trial === undefined) return;
+      list.appendChild(el("li", { dataset: { kind: "job", trial: String(j.first_trial) } },
+        el("span", { class: "swatch" }, ""), "job " + (k + 1) + " from trial " + j.first_trial +
+        (j.model_id ? " (model " + j.model_id.slice(0, 8) + ")" : "")));
+      list.lastChild.firstChild.style.borderColor = COLORS.job;
+    });
+  }
+
+  function showNotes(curve, model, unit) {
+    const clip = document.getElementById("clip-note");
+    clip.hidden = !model.outliers;
+    clip.textContent = model.outliers ? model.outliers + " slower measurement" + (model.outliers === 1 ? " is" : "s are")
+      + " drawn at the top edge (orange; axis clipped at " + model.hi.toPrecision(3) + " " + unit.label
+      + " to keep the useful range; the legend shows the true value)." : "";
+    const { baseJob, peakJob } = lineSources(curve.jobs);
+    const note = document.getElementById("baseline-note");
+    const ended = curve.jobs.filter((j) => !j.model_id && !ACTIVE.has(j.state));
+    let text = "";
+    if (!baseJob) {
+      if (task && task.target.trim().startsWith("cuda")) text = "No baseline: no CPU baseline for a cuda target.";
+      else if (ended.length) text = "No baseline line: no numpy formulation of this DAG (a gather, a scan or a "
+        + "symbolic shape), so nothing a user would otherwise call was timed.";
+      else text = "The numpy baseline is timed by the worker when the job ends.";
+    }
+    note.hidden = !text;
+    note.textContent = text;
+    const peak = document.getElementById("peak-note");
+    const showPeak = metric === "gflops";
+    peak.hidden = !showPeak;
+    peak.textContent = !showPeak ? "" : peakJob ? "The peak line is an estimate, not a measurement: "
+      + peakJob.peak_how + "." : "No peak estimate (no CPU frequency readable on the worker, or a cuda target).";
   }
 
   function drawCurve(curve) {
+    lastCurve = curve;
     const box = document.getElementById("curve");
     const points = curve.points;
     setText("points-count", points.length);
     setText("best-count", curve.best.length);
+    setText("flops", curve.flop_ct ? curve.flop_ct.toExponential(3) + " FLOP per run (" +
+            Math.round(curve.flop_ct).toLocaleString("en-US") + ")" : "not countable");
+    setText("dag-text", curve.dag_text || "-");
+    showJobs(curve);
     const rows = clear(document.getElementById("error-rows"));
     const kinds = Object.entries(curve.errors).sort((a, b) => b[1] - a[1]);
     for (const [name, n] of kinds) rows.appendChild(el("tr", {}, el("td", { class: "mono" }, name), el("td", { class: "num" }, n)));
@@ -64,35 +200,81 @@
     document.getElementById("no-errors").hidden = kinds.length > 0;
     if (plot) { plot.destroy(); plot = null; }
     clear(box);
+    const unit = unitFor(points);
+    const model = curveModel(curve, unit);
+    showMarks(curve, model);
+    showNotes(curve, model, unit);
+    const { baseJob, peakJob } = lineSources(curve.jobs);
+    box.dataset.metric = metric;
+    box.dataset.baselineNumpy = "";
+    box.dataset.baselineTorch = "";
+    if (baseJob) for (const bl of baseJob.baselines) box.dataset["baseline" + bl.library[0].toUpperCase() + bl.library.slice(1)] = String(bl.seconds);
+    box.dataset.peak = metric === "gflops" && peakJob ? String(peakJob.peak_gflops) : "";
+    box.dataset.clip = String(model.hi);
+    box.dataset.outliers = String(model.outliers);
+    box.dataset.jobMarks = curve.jobs.map((j) => j.first_trial).filter((t) => t !== null && t !== undefined).join(",");
     if (!points.length) {
       box.appendChild(el("p", { class: "muted" }, "Nothing measured yet."));
       box.dataset.points = "0";
       return;
     }
-    const unit = unitFor(points);
+    const yLabel = metric === "latency" ? "latency (" + unit.label + ")" : "GFLOP/s";
     const stepped = uPlot.paths.stepped({ align: 1 });
+    const shown = (arr) => (u, v, si, i) => (i === null || i === undefined ? "-" : fmtVal(arr[i], unit));
+    const series = [
+      { label: "trial" },
+      { label: metric === "latency" ? "latency" : "GFLOP/s", stroke: COLORS.point, width: 0,
+        points: { show: true, size: 7, stroke: "#2f5fb3", fill: COLORS.point }, value: shown(model.real) },
+      { label: "slower than the axis (at the edge)", stroke: COLORS.outlier, width: 0,
+        points: { show: true, size: 9, stroke: COLORS.outlier, fill: "#fff" }, value: shown(model.real) },
+      { label: metric === "latency" ? "best so far" : "best GFLOP/s so far", stroke: COLORS.best, width: 2,
+        paths: stepped, points: { show: false }, value: shown(model.bestReal) },
+    ];
+    const data = [model.x, model.inside, model.edge, model.best];
+    for (const line of model.lines) {
+      series.push({ label: line.label, stroke: line.color, width: 1.5, dash: [8, 5], points: { show: false },
+                    value: () => fmtVal(line.value, unit) });
+      data.push(model.x.map(() => line.value));
+    }
     const opts = {
       width: Math.max(320, box.clientWidth || 800),
-      height: 320,
-      scales: { x: { time: false }, lat: { distr: 3, log: 10 }, gf: { auto: true } },
-      series: [
-        { label: "trial" },
-        { label: "latency (" + unit.label + ")", scale: "lat", stroke: "#4a7bd0", width: 0,
-          points: { show: true, size: 7, stroke: "#2f5fb3", fill: "#4a7bd0" },
-          value: (u, v) => (v === null ? "-" : v.toPrecision(4)) },
-        { label: "best latency (" + unit.label + ")", scale: "lat", stroke: "#d0473a", width: 2, paths: stepped,
-          points: { show: false }, value: (u, v) => (v === null ? "-" : v.toPrecision(4)) },
-        { label: "best GFLOP/s", scale: "gf", stroke: "#2f9e44", width: 2, paths: stepped,
-          points: { show: false }, value: (u, v) => (v === null ? "-" : fmtGflops(v)) },
-      ],
-      axes: [
-        { label: "trial", incrs: TRIAL_TICKS },
-        { scale: "lat", label: "latency (" + unit.label + ")", size: 70 },
-        { scale: "gf", side: 1, label: "GFLOP/s", grid: { show: false }, size: 60 },
-      ],
+      height: 340,
+      scales: { x: { time: false }, y: { auto: false, range: [0, model.hi] } },
+      series,
+      axes: [{ label: "trial", incrs: TRIAL_TICKS }, { label: yLabel, size: 70 }],
+      hooks: { draw: [(u) => drawMarks(u, model, curve.jobs)] },
     };
-    plot = new uPlot(opts, curveData(points, unit), box);
+    plot = new uPlot(opts, data, box);
     box.dataset.points = String(points.length);
+  }
+
+  for (const btn of document.querySelectorAll("#metric button")) {
+    btn.addEventListener("click", () => {
+      metric = btn.dataset.metric;
+      for (const b of document.querySelectorAll("#metric button")) b.setAttribute("aria-pressed", String(b === btn));
+      if (lastCurve) drawCurve(lastCurve);
+    });
+  }
+
+  // -- the job history ---------------------------------------------------------------------
+  function showJobs(curve) {
+    const body = clear(document.getElementById("job-rows"));
+    curve.jobs.forEach((j, k) => {
+      const base = j.baselines.length ? j.baselines.map((b) => b.library + " " + b.formula + " " + fmtSeconds(b.seconds)
+        + " (" + b.threads + " thr)").join("; ") : (j.model_id ? "- (model job)" : ACTIVE.has(j.state) ? "after the job"
+        : "none (no numpy formulation)");
+      body.appendChild(el("tr", { dataset: { jobId: j.job_id } },
+        el("td", { class: "num" }, k + 1),
+        el("td", { class: "mono" }, j.job_id.slice(0, 12), j.model_id ? " (model " + j.model_id.slice(0, 8) + ")" : ""),
+        el("td", {}, stateBadge(j.state)),
+        el("td", { class: "num" }, j.trials_done + " / " + j.trials_total),
+        el("td", { class: "num" }, j.first_trial === null || j.first_trial === undefined ? "-" : j.first_trial),
+        el("td", {}, fmtTime(j.started)),
+        el("td", {}, fmtTime(j.ended)),
+        el("td", { class: "num" }, fmtSeconds(j.best_cost_s)),
+        el("td", { class: "mono" }, base)));
+    });
+    document.getElementById("jobs").dataset.loaded = String(curve.jobs.length);
   }
 
   async function refreshCurve() {
@@ -257,7 +439,7 @@
     clearTimeout(resizeTimer);
     resizeTimer = setTimeout(() => {
       const box = document.getElementById("curve");
-      if (plot) plot.setSize({ width: Math.max(320, box.clientWidth || 800), height: 320 });
+      if (plot) plot.setSize({ width: Math.max(320, box.clientWidth || 800), height: 340 });
     }, 150);
   });
 
