@@ -3,12 +3,14 @@
     GET /                       -> 307 to /dashboard
     GET /dashboard              the task list (api/static/dashboard/index.html + list.js: GET /tasks)
     GET /dashboard/tasks/{id}   one task (task.html + task.js): the tuning curve (GET /tasks/{id}/curve,
-                                drawn by the vendored uPlot), best schedule and lowered program
+                                drawn by the vendored uPlot: latency or GFLOP/s, job boundaries,
+                                baseline and peak lines, the job history), best schedule and lowered program
                                 (GET /tasks/{id}/best), artifact links, resume, and the latest job
                                 polled (GET /jobs/{id}) while it runs
     GET /dashboard/models/{id}  one model (model.html + model.js: GET /models/{id}): the latest job's
-                                progress and a row per task (weight, trials, best latency, GFLOP/s,
-                                weighted latency and its share), the artifact links once written
+                                progress and TVM's task scheduler table (ID, task, latency (ms),
+                                speed (GFLOP/s), trials, weight, share; the estimated total
+                                latency), the artifact links once written
 
 The pages hold no data, so they are served without a token (``OPEN_PATHS``, ``OPEN_PREFIXES``:
 the app's token middleware lets them through); their scripts send ``Authorization: Bearer``
