@@ -20,7 +20,7 @@ from .dag_schema import graph_schema
 from .schemas import TASK_EXAMPLE, BestPublic, FromRecord, Target, Timestamp, TuningOptions
 
 # A valid POST /models body, the OpenAPI example: y = x + x (a tensor program) then a library
-# relu (not tuned).  Weights are never sent: the service tunes from the structure and the DAGs.
+# relu (not tuned).  The search needs no weights; ``params`` only goes into the artifact.
 MODEL_EXAMPLE: dict[str, Any] = {
     "graph": {
         "version": "graph-v1",
@@ -40,8 +40,9 @@ MODEL_EXAMPLE: dict[str, Any] = {
 
 class ModelCreate(BaseModel):
     """POST /models: a model's graph (``Graph.to_json``: inputs, params, calls, outputs and the
-    DAG of every tensor-program function; no weights), a target and tuning options shared by
-    all its tasks (``num_measure_trials`` is the budget of the whole model)."""
+    DAG of every tensor-program function), optionally its weights (``params``), a target and
+    tuning options shared by all its tasks (``num_measure_trials`` is the budget of the whole
+    model)."""
 
     model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra={"examples": [MODEL_EXAMPLE]})
 
@@ -49,13 +50,18 @@ class ModelCreate(BaseModel):
         description="graph JSON (scheduler_core.graph.Graph.to_json), validated by Graph.from_json")
     target: Target = "llvm"
     tuning: TuningOptions = Field(default_factory=TuningOptions)
+    params: str | None = Field(
+        None, description="the weights: base64 of an .npz file (numpy.savez) with one array per graph param, "
+                          "named and shaped as the param; they are built into the model's artifact (model_run), "
+                          "never used by the search.  Omitted: the model keeps the weights sent before, else "
+                          "its artifact takes the params as arguments")
 
 
 class ModelUpload(BaseModel):
     """POST /models as multipart/form-data: an ONNX model file and, as JSON text fields, the
     target, the tuning options and the shapes of inputs with symbolic dims.  The service imports
-    the file (``frontend.from_onnx``, opsets 13-21); its weights are read for constant folding
-    and then dropped (the artifact takes them as parameters)."""
+    the file (``frontend.from_onnx``, opsets 13-21); its initializers become the model's weights
+    (built into its artifact, never used by the search)."""
 
     model_config = ConfigDict(extra="forbid")
 

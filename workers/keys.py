@@ -38,6 +38,8 @@ key                                         type        holds
                                                         canonical JSON) on this target
 ``model_artifact(model_id)``                string      the whole-model .tar.gz (one .so, header,
                                                         graph.json), written when a model job ends
+``model_params(model_id)``                  string      the model's weights as .npz bytes (one array per
+                                                        graph param), the latest sent with its graph
 ``record_errors()``                        hash        error_no (as text) -> how many stored records have
                                                         it, over every workload and target (counted
                                                         when RedisStore.append_new_records stores a
@@ -140,6 +142,10 @@ def model_for_graph(digest: str, target: str) -> str:
 
 def model_artifact(model_id: str) -> str:
     return f"{PREFIX}model_artifact:{model_id}"
+
+
+def model_params(model_id: str) -> str:
+    return f"{PREFIX}model_params:{model_id}"
 
 
 def job_log(job_id: str) -> str:

@@ -22,7 +22,6 @@ import logging
 from scheduler_core.graph.ir import Graph
 from scheduler_core.graph.tasks import extract_tasks
 from scheduler_core.measure.record_file import decode_record
-from scheduler_core.schedule.loop_state import State
 
 from .job_plan import JobPlan
 from .jobs import UnknownSubjectError, finalize_task, run_job
@@ -86,24 +85,24 @@ def model_plan(meta: ModelRecord, graph: Graph) -> JobPlan:
 
 
 def model_entries(store: ModelStore, meta: ModelRecord) -> list[EntrySchedule]:
-    """One EntrySchedule per task of the model: its best record's State, else the naive
-    schedule of its DAG (``State.from_dag``: the loops as written)."""
+    """One EntrySchedule per task of the model: its best record's State, else None (the
+    artifact builds the default schedule, ``graph.build.default_state``)."""
     entries = []
     for t in meta.tasks:
-        dag = store.load_dag(t.workload_key)
         best = store.best_record(t.workload_key, meta.target)
         if best is None:
-            entries.append(EntrySchedule(t.task_id, t.workload_key, t.functions, State.from_dag(dag), False))
+            entries.append(EntrySchedule(t.task_id, t.workload_key, t.functions, None))
             continue
-        inp, _ = decode_record(best[1], {t.workload_key: dag})
-        entries.append(EntrySchedule(t.task_id, t.workload_key, t.functions, inp.state, True, best[0]))
+        inp, _ = decode_record(best[1], {t.workload_key: store.load_dag(t.workload_key)})
+        entries.append(EntrySchedule(t.task_id, t.workload_key, t.functions, inp.state, best[0]))
     return entries
 
 
 def finalize_model(store: ModelStore, meta: ModelRecord, graph: Graph) -> None:
-    """Each task's own artifacts (``finalize_task``) and the whole-model .tar.gz."""
+    """Each task's own artifacts (``finalize_task``) and the whole-model .tar.gz with the stored
+    weights."""
     for t in meta.tasks:
         finalize_task(store, t.task_id, t.workload_key, meta.target)
-    data = build_model_artifact(graph, meta.target, model_entries(store, meta))
+    data = build_model_artifact(graph, meta.target, model_entries(store, meta), store.load_params(meta.model_id))
     store.save_model_artifact(meta.model_id, data)
     log.info("model artifact of %s written (%d bytes)", meta.model_id, len(data))

@@ -17,12 +17,16 @@ from :mod:`workers.keys`; the transaction helpers are those of :mod:`workers.sto
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import time
 import uuid
+import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import redis
 
 from scheduler_core.base.errors import InvalidWorkloadError
@@ -92,6 +96,37 @@ def model_tasks(graph: Graph) -> list[ModelTask]:
     return [ModelTask(wk, e["dag"], tuple(e["functions"]), e["weight"]) for wk, e in found.items()]
 
 
+def encode_params(params: Mapping[str, Any]) -> bytes:
+    """``{param name: array}`` as the bytes of an uncompressed ``.npz`` (``numpy.savez``)."""
+    buf = io.BytesIO()
+    arrays: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in params.items()}
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def decode_params(data: bytes, graph: Graph | None = None) -> dict[str, np.ndarray]:
+    """The arrays of ``.npz`` bytes (no pickled objects); with ``graph``, each checked against the
+    graph's param of that name (``Graph.bind_params``).  Raises InvalidWorkloadError (path
+    ``params`` or ``params.<name>``) for bytes that are not an .npz, an object array, a name
+    that is not a param or a shape/dtype that differs from the param's."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            out = {name: npz[name] for name in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
+        raise InvalidWorkloadError(f"not a readable .npz of arrays: {type(err).__name__}: {err}", "params") from None
+    if graph is not None:
+        types = {p.name: p.type for p in graph.params}
+        for name, arr in out.items():
+            if name not in types:
+                raise InvalidWorkloadError(f"{name!r} is not a param of the graph (params: {sorted(types)})",
+                                           f"params.{name}")
+            want = types[name]
+            if arr.shape != want.shape or str(arr.dtype) != want.dtype:
+                raise InvalidWorkloadError(f"expected {want.dtype}{list(want.shape)}, got {arr.dtype}{list(arr.shape)}",
+                                           f"params.{name}")
+    return out
+
+
 def graph_digest(graph: Graph) -> str:
     """sha256 of the graph's canonical JSON (sorted keys): the identity of a model's structure."""
     return hashlib.sha256(json.dumps(graph.to_json(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -101,9 +136,11 @@ class ModelStore(RedisStore):
     """:class:`RedisStore` plus whole models (see the module docstring and :mod:`workers.keys`)."""
 
     def create_model_with_job(self, graph: Graph, target: str, tuning: TuningOptions | dict | None,
-                              trials: int, admission: Admission | None = None
+                              trials: int, admission: Admission | None = None, params: bytes | None = None
                               ) -> tuple[str, tuple[ModelTaskRef, ...], str]:
-        """Store ``graph`` as a model on ``target`` with a new queued job of ``trials`` trials.
+        """Store ``graph`` as a model on ``target`` with a new queued job of ``trials`` trials;
+        ``params``: its weights (:func:`encode_params` bytes, checked by :func:`decode_params`),
+        stored in the same transaction (the model keeps earlier weights when None).
 
         Returns ``(model_id, tasks, job_id)``.  Raises ActiveJobError when one of its tasks has an
         active job, AdmissionError over a limit of ``admission`` (``max_task_trials`` bounds the
@@ -139,6 +176,8 @@ class ModelStore(RedisStore):
                     for w, t in zip(watched, tasks):
                         stage_task(p, w, t.workload_key, target, t.dag.to_json(), tuning_text, job_id, now_s)
                     p.set(keys.model_graph(model_id), graph_text)
+                    if params is not None:
+                        p.set(keys.model_params(model_id), params)
                     meta: dict[Any, Any] = {"model_id": model_id, "target": target, "tuning": tuning_text,
                             "tasks": json.dumps([r.to_json() for r in refs]), "latest_job_id": job_id}
                     if existing is None:
@@ -152,6 +191,11 @@ class ModelStore(RedisStore):
                     return model_id, refs, job_id
                 except redis.WatchError:
                     continue
+
+    def load_params(self, model_id: str) -> dict[str, np.ndarray]:
+        """The model's stored weights (``{param name: array}``; empty when none were sent)."""
+        data = self.conn.get(keys.model_params(model_id))
+        return decode_params(data.encode() if isinstance(data, str) else data) if data else {}
 
     def get_model(self, model_id: str) -> ModelRecord | None:
         """The model's record, or None for an unknown id."""

@@ -1,13 +1,15 @@
 """An uploaded ONNX model -> graph JSON, imported in a child process (POST /models, multipart).
 
-    import_onnx_file(path, shapes, timeout_s)
+    import_onnx_file(path, shapes, timeout_s) -> (graph JSON, weights as .npz bytes)
         --``python -m workers.onnx_import``--> frontend.from_onnx(path, shapes) --> Graph.to_json()
         <-- stdout: {"graph": ...} | {"error": class name, "detail": message, "path": ...}
+            <path>.params.npz: the graph's bound params (the initializers it keeps as weights)
 
 The import runs in its own process so that the API process never loads torch and onnx (the
 extra ``.[onnx]``), a hostile file that crashes the protobuf parser or the checker takes down
-only the child, and a slow import is killed after ``timeout_s``.  The weights stay in the
-uploaded file; the graph carries the structure and the DAGs only (the service tunes from them).
+only the child, and a slow import is killed after ``timeout_s``.  The graph carries the
+structure and the DAGs (the service tunes from them); the weights come back beside it and go
+into the model's artifact.
 
 Errors (the route maps them to HTTP answers):
     OnnxImportError       the model is malformed or not covered: the message names the node and
@@ -28,6 +30,8 @@ from typing import Any
 from scheduler_core import frontend
 from scheduler_core.base.errors import InvalidWorkloadError
 
+from .model_store import encode_params
+
 __all__ = ["OnnxImportError", "OnnxImportUnavailable", "import_onnx_file"]
 
 _MISSING_EXTRA = 3  # the child's exit status when torch or onnx cannot be imported
@@ -42,16 +46,18 @@ class OnnxImportUnavailable(RuntimeError):
 
 
 def import_onnx_file(path: str | os.PathLike, shapes: dict[str, list[int]] | None = None,
-                     timeout_s: float = 300.0) -> dict[str, Any]:
-    """The graph JSON (``Graph.to_json``) of the ONNX model at ``path``, imported by
-    ``frontend.from_onnx`` in a child process of this interpreter.
+                     timeout_s: float = 300.0) -> tuple[dict[str, Any], bytes]:
+    """``(graph JSON, weights)`` of the ONNX model at ``path``, imported by ``frontend.from_onnx``
+    in a child process of this interpreter: ``Graph.to_json()`` and its bound params as ``.npz``
+    bytes (``workers.model_store.encode_params``).
 
     shapes: {input name: dims} for inputs with symbolic dims (from_onnx's ``shape_dict``).
     Raises OnnxImportError (a malformed or unsupported model; the message names the node and
     op type) or OnnxImportUnavailable (torch/onnx missing, the child died, or it ran past
     ``timeout_s`` seconds and was killed).
     """
-    cmd = [sys.executable, "-m", "workers.onnx_import", os.fspath(path), json.dumps(shapes or {})]
+    params_path = Path(f"{os.fspath(path)}.params.npz")
+    cmd = [sys.executable, "-m", "workers.onnx_import", os.fspath(path), json.dumps(shapes or {}), str(params_path)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCHED_")}  # nothing secret
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=timeout_s, env=env,
@@ -68,7 +74,12 @@ def import_onnx_file(path: str | os.PathLike, shapes: dict[str, list[int]] | Non
         raise OnnxImportUnavailable(f"the ONNX import process ended with status {done.returncode}: "
                                     f"{_last_line(done.stderr)}") from None
     if "graph" in answer:
-        return answer["graph"]
+        try:
+            return answer["graph"], params_path.read_bytes()
+        except OSError as err:
+            raise OnnxImportUnavailable(f"the ONNX import process wrote no weights: {err}") from None
+        finally:
+            params_path.unlink(missing_ok=True)
     raise OnnxImportError(answer["detail"], answer.get("path") or "model")
 
 
@@ -78,7 +89,7 @@ def _last_line(data: bytes) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    """The child: import argv[1] with shapes argv[2] (JSON), answer on stdout."""
+    """The child: import argv[1] with shapes argv[2] (JSON), answer on stdout, the weights to argv[3]."""
     try:
         from_onnx = frontend.from_onnx  # loads torch and onnx
     except ImportError as err:
@@ -100,6 +111,7 @@ def _main(argv: list[str]) -> int:
                                                           f"{type(err).__name__}: {str(err)[:500]}", "path": "model"},
                   sys.stdout)
         return 2
+    Path(argv[3]).write_bytes(encode_params(graph.bound))
     json.dump({"graph": graph.to_json()}, sys.stdout)
     return 0
 

@@ -13,8 +13,9 @@
         --api.admit.admit_and_enqueue (RQ "tune" queue)--> 201 ModelCreated
     GET /models/{id}            state of the latest job, each task's best and trials, total latency
     GET /models/{id}/best       the best schedule of each task (as GET /tasks/{id}/best)
-    GET /models/{id}/artifact   model.tar.gz: model.so (one entry per task), model.h, graph.json;
-                                ?format=so / ?format=h: model.so / model.h alone
+    GET /models/{id}/artifact   model.tar.gz: model.so (one entry per task, and model_run: the
+                                whole model with its weights, when every call is a tensor
+                                program), model.h, graph.json; ?format=so / ?format=h alone
 
 A model's tasks are ordinary tasks: GET /tasks/{task_id}, its records, best, artifact and
 resume work on them.  Library calls of the graph are kept in the model and not tuned.  The
@@ -26,6 +27,8 @@ the model's trials over all its jobs, the token's active jobs, the queued jobs) 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import shutil
@@ -46,7 +49,7 @@ from scheduler_core.base.target import Target
 from scheduler_core.graph.ir import Graph
 from workers.best import describe_best
 from workers.model_artifact import artifact_member
-from workers.model_store import ModelStore, model_tasks
+from workers.model_store import ModelStore, decode_params, model_tasks
 from workers.onnx_import import OnnxImportUnavailable, import_onnx_file
 from workers.records import ModelRecord
 
@@ -144,9 +147,10 @@ async def create_model(request: Request, settings: SettingsDep, conn: ConnDep,
                        token: RateLimitedToken) -> ModelCreated:
     """Validate the graph, store its tasks (one per distinct DAG) and start one job over all of them.
 
-    The body is a ModelCreate (application/json: the graph as JSON) or a ModelUpload
-    (multipart/form-data: an ONNX file, imported here with ``frontend.from_onnx``; its weights
-    are read for constant folding and not kept)."""
+    The body is a ModelCreate (application/json: the graph as JSON, and optionally its weights
+    as base64 .npz) or a ModelUpload (multipart/form-data: an ONNX file, imported here with
+    ``frontend.from_onnx``; its initializers become the model's weights).  The weights go into
+    the model's artifact (GET /models/{id}/artifact), never into the search."""
     if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         try:
             form = await request.form(max_files=1, max_fields=len(ModelUpload.model_fields))
@@ -227,13 +231,13 @@ def _create_from_upload(form, settings, conn: Redis, token: str) -> ModelCreated
                 upload.file.seek(0)
                 shutil.copyfileobj(upload.file, f)
             try:
-                graph = import_onnx_file(path, shapes, timeout_s=settings.onnx_import_timeout_s)
+                graph, params = import_onnx_file(path, shapes, timeout_s=settings.onnx_import_timeout_s)
             except OnnxImportUnavailable as err:
                 raise OnnxImportBusy(str(err), retry_after_s=30) from None
     finally:
         _IMPORTS.release()
     body = body.model_copy(update={"graph": graph})
-    return _create(body, _graph(body, settings), settings, conn, token)
+    return _create(body, _graph(body, settings), settings, conn, token, params)
 
 
 def _check_request(body: ModelCreate, settings) -> None:
@@ -255,20 +259,35 @@ def _create_from_json(body: ModelCreate, settings, conn: Redis, token: str) -> M
     """The request's own errors (422) before the service's state (503: no measurement worker)."""
     _check_request(body, settings)
     graph = _graph(body, settings)
+    params = _params(body, graph)
     check_measure_listener(conn, body.tuning.model_dump()["measure"], body.target)
-    return _create(body, graph, settings, conn, token)
+    return _create(body, graph, settings, conn, token, params)
 
 
-def _create(body: ModelCreate, graph: Graph, settings, conn: Redis, token: str) -> ModelCreated:
-    """Store the model (its checked ``graph``), its tasks and its job; the refusals have been made
-    by the caller."""
+def _params(body: ModelCreate, graph: Graph) -> bytes | None:
+    """The body's weights (base64 of an .npz), checked against the graph's params; None when
+    absent.  InvalidWorkloadError (422) with path ``params`` / ``params.<name>``."""
+    if body.params is None:
+        return None
+    try:
+        data = base64.b64decode(body.params, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidWorkloadError("not base64 text (of an .npz file)", "params") from None
+    decode_params(data, graph)
+    return data
+
+
+def _create(body: ModelCreate, graph: Graph, settings, conn: Redis, token: str,
+            params: bytes | None = None) -> ModelCreated:
+    """Store the model (its checked ``graph`` and ``params``, .npz bytes), its tasks and its job;
+    the refusals have been made by the caller."""
     tuning = body.tuning.model_dump()  # the request form of TuningOptions: every field, defaults filled in
     trials = tuning["num_measure_trials"]
     store = ModelStore(conn)
 
     def create() -> tuple[str, str, ModelCreated]:
         model_id, tasks, job_id = store.create_model_with_job(graph, body.target, tuning,
-                                                              trials, admission(settings, token))
+                                                              trials, admission(settings, token), params)
         return model_id, job_id, ModelCreated(model_id=model_id, job_id=job_id,
                                               tasks=[ModelTaskRef.model_validate(t) for t in tasks])
     return admit_and_enqueue(store, "model", trials, create,

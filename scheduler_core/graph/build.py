@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from scheduler_core.base.c_names import c_identifiers
 from scheduler_core.base.errors import BuildError, InvalidWorkloadError, LoweringError, ScheduleError
 from scheduler_core.base.target import HardwareParams, Target
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.dag.tensor import PlaceholderOp
-from scheduler_core.driver.program import Program, program_from_state
+from scheduler_core.driver.program import ENTRY_NAME, Program, program_from_state
 from scheduler_core.ir.simplify import const_value
 from scheduler_core.runtime.timer import ProfileResult, check_timing_args, time_calls
 from scheduler_core.schedule.layout_rewrite import has_layout_free_placeholders
@@ -46,6 +47,7 @@ from scheduler_core.schedule.schedule_api import Schedule
 from scheduler_core.search.search_policy import state_key
 
 from . import dispatch
+from .export import EXECUTOR_SYMBOLS, export_model
 from .ir import Graph, as_ndarray, bind_inputs, get_func
 
 SCHEDULE_SOURCES = ("manual", "record", "default")
@@ -130,8 +132,9 @@ class CompiledFunction:
         return self.program.lowered
 
 
-def _compile(func, t: Target) -> CompiledFunction:
-    """Choose the schedule of PrimFunction ``func`` (module docstring) and build it."""
+def _compile(func, t: Target, symbol: str = ENTRY_NAME, packed_symbol: str = ENTRY_NAME) -> CompiledFunction:
+    """Choose the schedule of PrimFunction ``func`` (module docstring) and build it, its entry
+    named ``symbol`` (the one reading packed weights ``packed_symbol``)."""
     cost = None
     if func.state is not None:
         source, state = "manual", func.state
@@ -144,27 +147,27 @@ def _compile(func, t: Target) -> CompiledFunction:
             source, state = "default", None
     if state is not None:
         try:
-            program = program_from_state(state, t)
-            pre, packers = _pre_transformed(state, t)
+            program = program_from_state(state, t, name=symbol)
+            pre, packers = _pre_transformed(state, t, packed_symbol)
             (pre or program).build()
         except (ScheduleError, LoweringError, BuildError) as e:
             raise BuildError(f"function {func.name!r}: its {source} schedule does not build: {e}") from e
         return CompiledFunction(func.name, func.workload_key, source, program, cost, pre, packers)
     try:
-        program = program_from_state(default_state(func.dag, t), t)
+        program = program_from_state(default_state(func.dag, t), t, name=symbol)
         program.build()
     except (ScheduleError, LoweringError, BuildError):  # the naive loop nest always lowers
-        program = program_from_state(State.from_dag(func.dag), t)
+        program = program_from_state(State.from_dag(func.dag), t, name=symbol)
         program.build()
     return CompiledFunction(func.name, func.workload_key, "default", program, None)
 
 
-def _pre_transformed(state: State, t: Target) -> tuple:
+def _pre_transformed(state: State, t: Target, symbol: str = ENTRY_NAME) -> tuple:
     """``(Program reading pre-transformed weights, its packers)`` of a schedule whose layout
     rewrite applies to some layout-free placeholder, else ``(None, ())``."""
     if not has_layout_free_placeholders(state.dag):
         return None, ()
-    pre = program_from_state(state, t, pre_transformed=True)
+    pre = program_from_state(state, t, name=symbol, pre_transformed=True)
     if not pre.layout_transforms:
         return None, ()
     packers = []
@@ -176,7 +179,7 @@ def _pre_transformed(state: State, t: Target) -> tuple:
 
 
 def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | None = None,
-                pack_weights: bool = True) -> GraphModule:
+                pack_weights: bool = True, check_library: bool = True) -> GraphModule:
     """Compile every tensor program of ``graph`` for ``target`` and return the model's executor.
 
     graph : Graph (scheduler_core.graph.ir)
@@ -185,6 +188,14 @@ def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | 
     pack_weights : bool, pack each bound weight that a tuned schedule reads in a layout of its
         own once, here, instead of on every call (:class:`CompiledFunction`); False keeps the
         per-call copy (the program as the tuning measured it)
+    check_library : bool, look up every library function now (an unregistered one raises
+        here); False defers the lookup to the first run (a module built only to be exported,
+        e.g. by a worker that has not imported the model's frontend)
+
+    Each compiled program's C entry is named after the first function compiled to it
+    (``base.c_names.c_identifiers``: ``dense0``; ``dense0_packed`` for the variant reading
+    packed weights), distinct within the model and from :data:`EXECUTOR_SYMBOLS`: the names
+    its exported library (:meth:`GraphModule.export_library`) declares.
 
     Raises BuildError for a non-CPU target or a function whose chosen schedule does not build,
     InvalidWorkloadError for a bad ``graph`` or ``params``, InvalidTargetError for a target
@@ -202,19 +213,40 @@ def build_graph(graph: Graph, target: Any = "llvm", params: Mapping[str, Any] | 
         if name not in {p.name for p in graph.params}:
             raise InvalidWorkloadError(f"{name!r} is bound but is not a param", f"bound.{name}")
     for c in graph.calls:
-        if c.kind == "library":
+        if c.kind == "library" and check_library:
             get_func(c.func)  # fail now, not at the first run
-    compiled: dict = {}
-    by_key: dict = {}
+    first: dict = {}  # compile key -> the first function compiled to it
+    key_of: dict = {}
     for _, _call, func in graph.tir_calls():
-        if func.name in compiled:
-            continue
-        key = (func.workload_key, "manual", state_key(func.state)) if func.state is not None \
-            else (func.workload_key, "auto", "")
-        if key not in by_key:
-            by_key[key] = _compile(func, t)
-        compiled[func.name] = by_key[key]
+        if func.name not in key_of:
+            key = (func.workload_key, "manual", state_key(func.state)) if func.state is not None \
+                else (func.workload_key, "auto", "")
+            key_of[func.name] = key
+            first.setdefault(key, func)
+    names = [f.name for f in first.values()]
+    symbols = c_identifiers([*EXECUTOR_SYMBOLS, *names, *(n + "_packed" for n in names)])[len(EXECUTOR_SYMBOLS):]
+    by_key = {key: _compile(func, t, sym, packed)
+              for (key, func), sym, packed in zip(first.items(), symbols, symbols[len(names):])}
+    compiled = {name: by_key[key] for name, key in key_of.items()}
     return GraphModule(graph, t, compiled, pack_weights)
+
+
+def call_arg_names(call, dag: ComputeDAG) -> list:
+    """The graph values a tir ``call`` passes as its function's C arguments, in the DAG's tensor
+    order: a placeholder takes the next call argument, a computed tensor the next call output."""
+    ins, outs = iter(call.args), iter(o.name for o in call.outputs)
+    return [next(ins) if isinstance(t.op, PlaceholderOp) else next(outs) for t in dag.tensors]
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """One call as the executor runs it: ``program`` (None for a library call) and its C
+    arguments, each ``("value", name)`` (a graph value) or ``("packed", key)`` (a weight packed
+    at build time, :attr:`GraphModule.packed_weights`)."""
+
+    call: Any
+    program: Program | None
+    args: tuple
 
 
 MEMORY_ALIGN = 64  # bytes: every planned buffer starts on a cache line
@@ -331,7 +363,27 @@ class GraphModule:
         self._packed: dict = {}  # (weight name, packer id) -> the weight in a tuned layout
         self.pre_transformed_calls = 0  # calls that read weights packed at build time
         self._pre_transformed_names: set = set()
+        self.plan: list = []  # PlannedCall per call, in order: what export_library writes as C
         self._steps = [self._step(c) for c in graph.calls]
+
+    @property
+    def packed_weights(self) -> dict:
+        """``{key: array}``: the weights packed at build time (the keys of :attr:`plan`'s
+        ``("packed", key)`` arguments)."""
+        return dict(self._packed)
+
+    def values(self) -> dict:
+        """``{value name: numpy array}``: the executor's buffer of every value (bound weights,
+        runtime arguments, planned call outputs)."""
+        return dict(self._values)
+
+    def export_library(self, path: Any = None, entry_info: Mapping[str, dict] | None = None) -> bytes:
+        """Write the model as one ``.tar.gz`` (model.so with the weights and ``model_run``,
+        model.h, graph.json) to ``path`` (when given) and return its bytes: TVM's
+        ``lib.export_library``.  ``entry_info``: extra fields of a function's ``entry`` in
+        graph.json (``{function name: {...}}``).  See :mod:`scheduler_core.graph.export`;
+        raises BuildError when compiling or linking fails."""
+        return export_model(self, path, entry_info)
 
     @property
     def packed_weight_bytes(self) -> int:
@@ -340,17 +392,19 @@ class GraphModule:
 
     def _step(self, call) -> Callable[[], None]:
         if call.kind == "library":
-            fn = get_func(call.func)
+            self.plan.append(PlannedCall(call, None, ()))
             nds = [self._wrapped[a] for a in call.args] + [self._wrapped[o.name] for o in call.outputs]
+            found: list = []
 
-            def run_library(fn=fn, nds=nds) -> None:
-                fn(*nds)
+            def run_library(name=call.func, nds=nds, found=found) -> None:
+                if not found:
+                    found.append(get_func(name))  # build_graph looked it up unless check_library=False
+                found[0](*nds)
             return run_library
         cf = self.functions[call.func]
-        dag = self.graph.functions[call.func].dag
-        ins, outs = iter(call.args), iter(o.name for o in call.outputs)
-        names = [next(ins) if isinstance(t.op, PlaceholderOp) else next(outs) for t in dag.tensors]
+        names = call_arg_names(call, self.graph.functions[call.func].dag)
         arrays = [self._values[n] for n in names]
+        refs: list = [("value", n) for n in names]
         pre = cf.pre_transformed
         if pre is not None and self.pack_weights:
             position = {id(x.op): k for k, x in enumerate(pre.state.dag.tensors)}
@@ -358,9 +412,12 @@ class GraphModule:
             if all(names[k] in self.graph.bound for k in slots):  # constant weights: pack each once
                 for k, lt, packer in zip(slots, pre.layout_transforms, cf.packers):
                     arrays[k] = self._pack(names[k], lt, packer)
+                    refs[k] = ("packed", (names[k], id(packer)))
                 self.pre_transformed_calls += 1
                 self._pre_transformed_names.add(call.func)
+                self.plan.append(PlannedCall(call, pre, tuple(refs)))
                 return pre.build().prebind(*arrays)
+        self.plan.append(PlannedCall(call, cf.program, tuple(refs)))
         return cf.program.build().prebind(*arrays)
 
     def _pack(self, name: str, lt, packer: Program) -> np.ndarray:

@@ -86,13 +86,19 @@ def link_shared(object_path, out_path: str | os.PathLike) -> None:
     """Run ``cc -shared -o out_path <objects>`` with :data:`LINK_LIBS`; ``object_path`` is one
     object file or a list of them (a whole model's library); ``BuildError`` with stderr on failure."""
     objects = [object_path] if isinstance(object_path, (str, os.PathLike)) else list(object_path)
-    cmd = [find_c_compiler(), "-shared", "-o", str(out_path), *map(str, objects), *LINK_LIBS]
+    run_c_compiler(["-shared", "-o", str(out_path), *map(str, objects), *LINK_LIBS], f"linking {out_path}")
+
+
+def run_c_compiler(args: list, what: str, timeout_s: float = LINK_TIMEOUT_S) -> None:
+    """Run :func:`find_c_compiler` with ``args``; ``BuildError`` naming ``what`` ("linking x.so")
+    with the command and the compiler's stderr when it fails or runs past ``timeout_s``."""
+    cmd = [find_c_compiler(), *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LINK_TIMEOUT_S)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise BuildError(f"linking {out_path} failed: {' '.join(cmd)}: {err}") from err
+        raise BuildError(f"{what} failed: {' '.join(cmd)}: {err}") from err
     if proc.returncode != 0:
-        raise BuildError(f"linking {out_path} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
+        raise BuildError(f"{what} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
 
 
 def header_text(signature, library_name: str = "") -> str:

