@@ -21,10 +21,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import httpx
+from httpx_sse import SSEError, connect_sse
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_before_delay
 
 from workers.job_state import ENDED_STATES, JobState
@@ -81,6 +82,18 @@ def _answer(state: RetryCallState) -> httpx.Response:
     """The response of ``state``'s latest attempt (a failed send raised and is never retried)."""
     assert state.outcome is not None
     return state.outcome.result()
+
+
+def _api_error(r: httpx.Response) -> ApiError:
+    try:
+        body = r.json()
+    except ValueError:
+        body = r.text
+    return ApiError(r.status_code, body.get("detail", body) if isinstance(body, dict) else body, body)
+
+
+# What a failed event stream raises (Client.events): a caller falls back to polling on these.
+STREAM_ERRORS = (ApiError, httpx.HTTPError, SSEError, ValueError)
 
 
 def _stderr_line(message: str) -> None:
@@ -140,11 +153,7 @@ class Client:
     def _call(self, method: str, path: str, rewind: IO[bytes] | None = None, **kw) -> httpx.Response:
         r = self._send(method, path, rewind, **kw)
         if r.status_code >= 400:
-            try:
-                body = r.json()
-            except ValueError:
-                body = r.text
-            raise ApiError(r.status_code, body.get("detail", body) if isinstance(body, dict) else body, body)
+            raise _api_error(r)
         return r
 
     # -- queries -----------------------------------------------------------------
@@ -172,6 +181,29 @@ class Client:
         """GET /jobs/{id}/logs: the job's log lines (text, one record a line); the last ``tail`` only."""
         params = {"tail": tail} if tail is not None else {}
         return self._call("GET", f"/jobs/{job_id}/logs", params=params).text
+
+    def events(self, job_id: str, logs: bool = True, tail: int | None = None) -> Iterator[tuple[str, Any]]:
+        """GET /jobs/{id}/events (server-sent events, read with httpx-sse): ``("progress", job dict)``
+        whenever the job changes, ``("log", line)`` per new log line (``logs``; of the lines before,
+        the last ``tail``), ``("end", job dict)`` once it ended, after which the stream closes.  It may
+        also close without an ``end`` (the server's ``events_max_s``): open it again.  Raises
+        ApiError for an error answer (404: unknown job) and one of :data:`STREAM_ERRORS` when the
+        stream breaks."""
+        params: dict = {"logs": "true" if logs else "false"}
+        if tail is not None:
+            params["tail"] = tail
+        with connect_sse(self.http, "GET", f"/jobs/{job_id}/events", params=params) as source:
+            if source.response.status_code >= 400:
+                source.response.read()
+                raise _api_error(source.response)
+            for sse in source.iter_sse():
+                yield sse.event, (json.loads(sse.data) if sse.event in ("progress", "end") else sse.data)
+
+    def job_updates(self, job_id: str) -> Iterator[dict]:
+        """The job's dicts from :meth:`events` (progress only), the last one the ended job's."""
+        for event, data in self.events(job_id, logs=False):
+            if event in ("progress", "end"):
+                yield data
 
     def records(self, task_id: str, offset: int = 0, limit: int = 100) -> dict:
         return self._call("GET", f"/tasks/{task_id}/records", params={"offset": offset, "limit": limit}).json()

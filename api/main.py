@@ -3,7 +3,8 @@
 Routes (OpenAPI at /docs): POST /tasks, GET /tasks (paged list), GET /tasks/{id},
 GET /tasks/{id}/curve, GET /tasks/{id}/records,
 GET /tasks/{id}/best, GET /tasks/{id}/artifact, POST /tasks/{id}/resume,
-GET /jobs/{id}, DELETE /jobs/{id}, GET /jobs/{id}/logs, POST /models, GET /models/{id}, GET /models/{id}/best,
+GET /jobs/{id}, DELETE /jobs/{id}, GET /jobs/{id}/logs, GET /jobs/{id}/events (server-sent events:
+progress, log lines, end; api.routes.jobs), POST /models, GET /models/{id}, GET /models/{id}/best,
 GET /models/{id}/artifact (api.routes.models), GET /healthz, GET /metrics (Prometheus text,
 api.routes.metrics), and the web dashboard: GET / -> /dashboard, /dashboard/tasks/{id}
 (api.routes.dashboard; its pages need no token, the JSON routes they call do).  With

@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(100, ge=1)                  # jobs waiting on the tune queue
     rate_limit_per_s: float = Field(10.0, ge=0)              # POSTs per second per token; 0: no limit
     rate_limit_burst: int = Field(20, ge=1)                  # POSTs one token may send at once
+    # GET /jobs/{id}/events (api.routes.jobs): seconds between two reads of the job and its log, and
+    # the longest a stream stays open without the job ending (the client opens it again).
+    events_poll_s: float = Field(0.5, gt=0, le=60)
+    events_max_s: float = Field(3600.0, gt=0)
 
     def dag_limits(self) -> dict:
         """The keyword limits to pass to ``ComputeDAG.from_json``."""

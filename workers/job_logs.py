@@ -3,6 +3,8 @@
     with job_logging(conn, job_id):      # in the RQ job, around the whole job
         log.info("...")                  # --> RPUSH keys.job_log(job_id) + LTRIM (last JOB_LOG_CAP)
     read_job_log(conn, job_id, tail=50)  # --> ["2026-11-24T01:30:00.123Z INFO workers.jobs: ...", ...]
+    shown, cursor = open_log_cursor(conn, job_id, tail=0)     # a follower (GET /jobs/{id}/events):
+    read_new_log_lines(conn, job_id, cursor)                  # --> the lines logged since its last read
 
 A line is ``<ISO 8601 UTC time> <LEVEL> <logger>: <message>``; an exception adds its one-line
 ``Type: message`` (the traceback goes to the worker's log file only), so every record is one line.
@@ -14,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import redis
 
@@ -109,3 +112,54 @@ def read_job_log(conn: redis.Redis, job_id: str, tail: int | None = None) -> lis
         return []
     start = 0 if tail is None else -int(tail)
     return [v.decode() if isinstance(v, bytes) else str(v) for v in conn.lrange(keys.job_log(job_id), start, -1)]
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def lines_after(last: str | None, lines: Sequence[str]) -> list[str]:
+    """The lines of ``lines`` after the last occurrence of ``last``: all of them when ``last`` is None
+    or no longer among them (trimmed away; a reader can do no better)."""
+    if last is not None:
+        for k in range(len(lines) - 1, -1, -1):
+            if lines[k] == last:
+                return list(lines[k + 1:])
+    return list(lines)
+
+
+@dataclass
+class LogCursor:
+    """A follower's place in a job's log: how many lines of the list it read and the last of them.
+    While the list is under its cap nothing was trimmed, so the count says where new lines start;
+    once full, its oldest lines go as new ones come, and the last line read marks the place."""
+
+    read: int = 0
+    last: str | None = None
+
+
+def open_log_cursor(conn: redis.Redis, job_id: str, tail: int | None = None) -> tuple[list[str], LogCursor]:
+    """The lines a follower shows first (all kept, or the last ``tail``; 0: none) and its cursor,
+    placed after every line logged so far."""
+    lines = read_job_log(conn, job_id)
+    shown = lines if tail is None else lines[len(lines) - tail:] if tail else []
+    return shown, LogCursor(len(lines), lines[-1] if lines else None)
+
+
+def read_new_log_lines(conn: redis.Redis, job_id: str, cursor: LogCursor, cap: int = JOB_LOG_CAP) -> list[str]:
+    """The lines logged since ``cursor`` last read, oldest first; moves ``cursor`` past them.
+
+    cap : the list's cap (the job's ``job_logging`` cap).  Under it the new lines are the list from
+    ``cursor.read`` on (one LRANGE); at it, the lines after ``cursor.last`` (one LINDEX when nothing
+    came, else the whole list)."""
+    key = keys.job_log(job_id)
+    length = conn.llen(key)
+    if length < cap:
+        new = [_text(v) for v in conn.lrange(key, cursor.read, -1)] if length > cursor.read else []
+    elif cursor.last is not None and _text(conn.lindex(key, -1) or b"") == cursor.last:
+        new = []
+    else:
+        new = lines_after(cursor.last, [_text(v) for v in conn.lrange(key, 0, -1)])
+    if new:
+        cursor.read, cursor.last = cursor.read + len(new), new[-1]
+    return new

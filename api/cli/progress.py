@@ -1,5 +1,8 @@
 """The one progress bar of ``tune`` and ``submit --wait``, and keeping logs out of it.
 
+    follow(poll, console, stream=...)  the bar until the job ends, fed by the job's event stream
+        (GET /jobs/{id}/events) when there is one, else (or when it fails) by polling
+
     JobProgress(console).update(job)   job: a job hash / GET /jobs/{id} body (state, phase,
         trials_done, trials_total, best_cost_s, best_gflops, errors)
         -->  tuning  evolution  ━━━━━━━━━━━━━  12/64  ETA 0:42  best 1.23 ms (215.4 GFLOP/s)
@@ -19,7 +22,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -27,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from workers.job_state import ENDED_STATES, JobState
 
+log = logging.getLogger(__name__)
 PHASES = ("sketches", "initial population", "evolution", "building", "measuring", "saving")
 
 
@@ -136,9 +140,29 @@ class JobProgress:
                                  best=best)
 
 
-def follow(poll: Callable[[], dict], console: Console, poll_s: float = 0.5, label: str = "tuning") -> dict:
-    """Show the progress of the job ``poll()`` returns until it ends; returns its last state."""
+def follow(poll: Callable[[], dict], console: Console, poll_s: float = 0.5, label: str = "tuning",
+           stream: Callable[[], Iterable[dict]] | None = None,
+           stream_errors: tuple[type[BaseException], ...] = ()) -> dict:
+    """Show the progress of the job until it ends; returns its last state.
+
+    stream : the job's dicts as it changes (``Client.job_updates``: GET /jobs/{id}/events), followed
+        first and opened again when it closes before the end; when it fails with one of
+        ``stream_errors`` (or closes having sent nothing), ``poll()`` every ``poll_s`` seconds instead.
+    """
     with JobProgress(console, label) as bar:
+        while stream is not None:
+            got = False
+            try:
+                for job in stream():
+                    got = True
+                    bar.update(job)
+                    if JobState(job["state"]) in ENDED_STATES:
+                        return job
+            except stream_errors as err:
+                log.debug("the event stream failed (%s: %s); polling instead", type(err).__name__, err)
+                break
+            if not got:
+                break
         while True:
             job = poll()
             bar.update(job)

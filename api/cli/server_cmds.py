@@ -26,6 +26,7 @@ from scheduler_core import frontend
 from scheduler_core.base.errors import SchedulerCoreError
 from scheduler_core.dag.compute_dag import ComputeDAG
 from scheduler_core.measure.popen_pool import ISOLATE_ENV
+from workers.job_logs import lines_after
 from workers.job_state import ENDED_STATES, JobState
 from workers.logging_setup import configure_api_logging, configure_worker_logging
 from workers.processes import (
@@ -46,7 +47,7 @@ from workers.redis_conn import (
     stop_embedded,
 )
 
-from ..client import ApiError, Client
+from ..client import STREAM_ERRORS, ApiError, Client
 from ..main import create_app
 from ..settings import Settings
 from .errors import SERVICE_EXIT, CliError, one_line, read_json
@@ -137,10 +138,12 @@ def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[in
 
 
 def follow_remote(c: Client, job_id: str, poll_s: float = 0.5) -> dict:
-    """The progress bar of ``tune``, on stderr, fed by GET /jobs/{id}; the job when it ends."""
+    """The progress bar of ``tune``, on stderr, fed by the job's event stream (GET /jobs/{id}/events),
+    or by polling GET /jobs/{id} when the stream fails; the job when it ends."""
     console = stderr_console()
     with log_to_console(console):  # a warning of this process prints above the bar, never through it
-        return follow(lambda: c.job(job_id), console, poll_s)
+        return follow(lambda: c.job(job_id), console, poll_s, stream=lambda: c.job_updates(job_id),
+                      stream_errors=STREAM_ERRORS)
 
 
 def report_remote_result(c: Client, job: dict, dag_value: Any, tuning: dict, compare: bool = True) -> None:
@@ -349,33 +352,38 @@ def cancel(job_id: str, server: Server = DEFAULT_SERVER, token: Token = None) ->
     typer.echo(f"job {job_id}: {job['state']}{note}")
 
 
-def _new_lines(seen_last: str | None, lines: list[str]) -> list[str]:
-    """The lines after ``seen_last`` (the last one printed); all of them when it is gone (capped log)."""
-    if seen_last is None:
-        return lines
-    for k in range(len(lines) - 1, -1, -1):
-        if lines[k] == seen_last:
-            return lines[k + 1:]
-    return lines
-
-
 def logs(job_id: str, tail: Annotated[int | None, typer.Option(min=0, help="only the last N lines")] = None,
          follow_: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")]
          = False,
          poll_s: Annotated[float, typer.Option("--poll", min=0.1, help="seconds between polls with --follow")] = 1.0,
          server: Server = DEFAULT_SERVER, token: Token = None) -> None:
-    """A job's log lines (GET /jobs/{id}/logs); with --follow, new lines as they come until it ends."""
+    """A job's log lines (GET /jobs/{id}/logs); with --follow, new lines as they come until it ends
+    (the job's event stream, GET /jobs/{id}/events; polling every --poll seconds when it fails or
+    closes before the end)."""
     with Client(server, token=token) as c:
-        lines = c.job_logs(job_id, tail).splitlines()
-        for line in lines:
-            typer.echo(line)
-        last = lines[-1] if lines else None
-        if follow_ and last is None and tail == 0:  # --tail 0 --follow: only lines from now on
+        last, opened = None, False
+        if follow_:
+            try:
+                for event, data in c.events(job_id, tail=tail):
+                    opened = True
+                    if event == "log":
+                        typer.echo(data)
+                        last = data
+                    elif event == "end":
+                        return
+            except STREAM_ERRORS:
+                pass
+        if not opened:
+            lines = c.job_logs(job_id, tail).splitlines()
+            for line in lines:
+                typer.echo(line)
+            last = lines[-1] if lines else None
+        if follow_ and last is None and (tail == 0 or opened):  # only lines from now on
             everything = c.job_logs(job_id).splitlines()
             last = everything[-1] if everything else None
         while follow_:
             ended = JobState(c.job(job_id)["state"]) in ENDED_STATES
-            fresh = _new_lines(last, c.job_logs(job_id).splitlines())
+            fresh = lines_after(last, c.job_logs(job_id).splitlines())
             for line in fresh:
                 typer.echo(line)
             if fresh:

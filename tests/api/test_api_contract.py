@@ -244,6 +244,7 @@ EXPECTED = {  # (method, path) -> error statuses it must document
     ("post", "/tasks/{task_id}/resume"): {401, 404, 408, 409, 413, 422, 429, 503},
     ("get", "/jobs/{job_id}"): {401, 404, 503},
     ("get", "/jobs/{job_id}/logs"): {401, 404, 503},
+    ("get", "/jobs/{job_id}/events"): {401, 404, 503},
     ("delete", "/jobs/{job_id}"): {401, 404, 409, 503},
     ("get", "/healthz"): {503},
     ("get", "/metrics"): {503},

