@@ -72,6 +72,12 @@ def one_line_error(err: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# the phases of the search (SketchPolicy.enter_phase) where a cancel request is checked: before
+# sketches, before sampling, before each evolution generation (one HGET each); building and
+# measuring stop at the end of the chunk being measured (RedisRecordSink), which is kept
+SEARCH_PHASES = ("sketches", "initial population", "evolution")
+
+
 class PhaseReporter:
     """``SketchPolicy.on_phase`` of a job: each new phase goes to the job hash (``phase``,
     ``phase_since`` in float seconds, one HSET) and to the log; a repeated phase is ignored.
@@ -284,13 +290,20 @@ def search_job(store: RedisStore, plan: JobPlan, job_id: str, trials: int, on_ph
         {**options.to_json(), "num_measure_trials": remaining, "verbose": 0, "seed": seed},
         builder=builder, runner=runner, measure_callbacks=[TaskBatchLog(store, plan.target), sink])
     scheduler = TaskScheduler(plan.tasks, plan.weights, strategy="gradient", seed=options.seed + n_measured)
+
+    def phase_or_cancel(phase: str) -> None:
+        """A cancel stops the search between its steps, not only after a measured batch."""
+        if phase in SEARCH_PHASES and store.cancel_requested(job_id):
+            raise JobCancelled(job_id)
+        if on_phase is not None:
+            on_phase(phase)
     try:
         # one cost model for every task, as Ansor's task scheduler shares its XGBModel
-        scheduler.tune(run_options, cost_model_factory=lambda: model, on_phase=on_phase,
+        scheduler.tune(run_options, cost_model_factory=lambda: model, on_phase=phase_or_cancel,
                        init_search_callbacks=[preload_measured(measured)])
         return JobState.finished
     except JobCancelled:
-        log.info("cancel requested: the search stopped after its current batch")
+        log.info("cancel requested: the search stopped; every batch measured before is kept")
         return JobState.cancelled
     finally:
         builder.close()

@@ -73,7 +73,9 @@ class SketchPolicy:
     init_search_callbacks : e.g. ``[PreloadMeasuredStates(log_file)]``
 
     ``on_phase`` (attribute, default None): called with the phase the search enters: "sketches"
-    (once), "initial population", "evolution", then the measurer's "building" and "measuring".
+    (once), "initial population", "evolution" (at every generation), then the measurer's
+    "building" and "measuring".  An exception it raises stops the search there (the service's
+    cancel: workers.jobs).
     """
 
     def __init__(self, task, program_cost_model, params: SketchPolicyParams | None = None,
@@ -146,6 +148,7 @@ class SketchPolicy:
         population = list(init_population)
         best: dict = {}
         for gen in range(p.num_iters + 1):
+            self.enter_phase("evolution")  # each generation: a caller may stop the search here (a cancel)
             scores = self._predict(population)
             for st, sc in zip(population, scores):
                 key = state_key(st)

@@ -146,3 +146,29 @@ def test_sigkill_of_a_worker_mid_search_loses_no_record(client, conn):
     assert steps[: len(steps_at_kill)] == steps_at_kill  # nothing finished was lost
     assert len(set(steps)) == len(steps), "a state was measured twice"
     assert len(steps) == 8, (len(steps), len(steps_at_kill), kept, job)
+
+
+def test_cancel_stops_a_running_search_within_seconds_keeping_what_was_measured(client, conn):
+    """DELETE /jobs/{id} while the job searches: the worker stops at its next search step (a
+    generation of the evolution) or after the chunk being measured, not at the end of the round;
+    every measurement made before is stored."""
+    worker = start_worker_process(conn, burst=False)
+    try:
+        payload = _payload(64)
+        payload["tuning"].update(num_measures_per_round=16, population=128, num_iters=3, min_repeat_ms=1, repeat=1)
+        job_id = client.post("/tasks", json=payload).json()["job_id"]
+        deadline = time.monotonic() + 240
+        while (job := client.get(f"/jobs/{job_id}").json())["trials_done"] == 0:  # one chunk measured
+            assert job["state"] in ("queued", "running") and time.monotonic() < deadline, job
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        assert client.delete(f"/jobs/{job_id}").status_code == 200
+        job = _wait(client, job_id, timeout_s=120)
+        elapsed = time.monotonic() - t0
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert job["state"] == "cancelled" and 0 < job["trials_done"] < 64, job
+    assert elapsed < 30, f"the cancel took {elapsed:.1f} s"
+    records = client.get(f"/tasks/{job['task_id']}/records", params={"limit": 1}).json()
+    assert records["total"] >= job["trials_done"]   # what was measured is kept (with earlier jobs' records)
