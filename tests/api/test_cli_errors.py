@@ -147,7 +147,8 @@ def server(tmp_path_factory):
 def test_api_422_for_a_bad_dag_is_text(server, files):
     res = run("submit", str(files["bad_dag"]), "--server", server)
     assert res.exit_code == 1
-    assert lines(res) == ["error 422: ops[2].body.kind: unknown expression kind 'nosuch'"]
+    assert lines(res) == ["error 422: ops[2].body.kind: unknown expression kind 'nosuch' (expected one of int, float, "
+                          "var, binary, cmp, logical, not, select, cast, call, load, reduce)"]
 
 
 @pytest.mark.integration
