@@ -16,6 +16,7 @@ talk to an in-process app.
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
 import os
@@ -239,12 +240,16 @@ class Client:
         dag = json.loads(dag) if isinstance(dag, str) else dag
         return self._call("POST", "/tasks", json={"dag": dag, "target": target, "tuning": tuning}).json()
 
-    def create_model(self, graph: str | dict, target: str = "llvm", **tuning) -> dict:
-        """POST /models; ``graph`` is a Graph's JSON (``Graph.to_json``, text or dict); ``tuning``:
-        TuningOptions fields (``num_measure_trials`` is the whole model's budget).
-        Returns ``{model_id, job_id, tasks}``."""
+    def create_model(self, graph: str | dict, target: str = "llvm", params: bytes | None = None, **tuning) -> dict:
+        """POST /models; ``graph`` is a Graph's JSON (``Graph.to_json``, text or dict); ``params``:
+        its weights as ``.npz`` bytes (``workers.model_store.encode_params``), built into the
+        model's artifact; ``tuning``: TuningOptions fields (``num_measure_trials`` is the whole
+        model's budget).  Returns ``{model_id, job_id, tasks}``."""
         graph = json.loads(graph) if isinstance(graph, str) else graph
-        return self._call("POST", "/models", json={"graph": graph, "target": target, "tuning": tuning}).json()
+        body: dict[str, Any] = {"graph": graph, "target": target, "tuning": tuning}
+        if params is not None:
+            body["params"] = base64.b64encode(params).decode()
+        return self._call("POST", "/models", json=body).json()
 
     def upload_model(self, onnx_path: str | os.PathLike, target: str = "llvm",
                      shapes: dict[str, list[int]] | None = None, **tuning) -> dict:

@@ -29,6 +29,7 @@ from scheduler_core.measure.popen_pool import ISOLATE_ENV
 from workers.job_logs import lines_after
 from workers.job_state import ENDED_STATES, JobState
 from workers.logging_setup import configure_api_logging, configure_worker_logging
+from workers.model_store import encode_params
 from workers.processes import (
     LOG_LEVEL_ENV,
     Orphans,
@@ -190,16 +191,16 @@ def submit(workload: Annotated[Path, typer.Argument(help="a ComputeDAG JSON file
         report_remote_result(c, job, dag_value, tuning, compare)
 
 
-def read_model_graph(path: Path) -> Any:
-    """The graph JSON value to POST for ``path``: a graph JSON file (``Graph.to_json``) as it is, an
-    ``.onnx`` model imported here (``frontend.from_onnx``: torch and onnx, the extra ``.[onnx]``)
-    and sent as its graph (the service takes graphs; the weights stay on this machine).
+def read_model_graph(path: Path) -> tuple[Any, bytes | None]:
+    """``(graph JSON value, weights)`` to POST for ``path``: a graph JSON file (``Graph.to_json``)
+    as it is (no weights), or an ``.onnx`` model imported here (``frontend.from_onnx``: torch and
+    onnx, the extra ``.[onnx]``) and sent as its graph with its initializers as ``.npz`` bytes.
 
     Raises CliError (exit 2): a missing file, malformed JSON, an ONNX model that cannot be
     imported (the message names the node and op type), or torch/onnx missing here.
     """
     if path.suffix.lower() != ".onnx":
-        return read_json(path, "graph JSON file")
+        return read_json(path, "graph JSON file"), None
     if not path.is_file():
         raise CliError(f"{path}: no such ONNX file")
     try:
@@ -209,7 +210,7 @@ def read_model_graph(path: Path) -> Any:
                        f"(pip install 'autosched[onnx]'): {err}") from None
     except SchedulerCoreError as err:
         raise CliError(f"{path}: {err}") from None
-    return graph.to_json()
+    return graph.to_json(), encode_params(graph.bound)
 
 
 def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (Graph.to_json: graph + every DAG), "
@@ -223,6 +224,9 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
                  time: Annotated[str | None, typer.Option(
                      "--time", help="tuning time budget of the whole model: seconds or 90s, 20m, 1h30m "
                                     "(no round starts after it; --trials still caps the trials)")] = None,
+                 params: Annotated[Path | None, typer.Option(
+                     "--params", help="the weights of a graph JSON file: an .npz (numpy.savez) with one array per "
+                                      "graph param, built into the model's artifact (model_run)")] = None,
                  per_round: Annotated[int | None, typer.Option(
                      "--per-round", min=1, help="programs measured per search round (default: the tuning "
                                                 "default, at most trials / tasks so every task gets a round)")]
@@ -235,6 +239,10 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
     upload = graph.suffix.lower() == ".onnx" and not import_here
     if upload and not graph.is_file():
         raise CliError(f"{graph}: no such ONNX file")
+    if params is not None and graph.suffix.lower() == ".onnx":
+        raise CliError(f"--params is for a graph JSON file; {graph} carries its own weights")
+    if params is not None and not params.is_file():
+        raise CliError(f"{params}: no such .npz file")
     tuning: dict[str, Any] = {"num_measure_trials": trials}
     if time is not None:
         tuning["time_budget_s"] = parse_duration(time)
@@ -244,7 +252,10 @@ def submit_model(graph: Annotated[Path, typer.Argument(help="a graph JSON file (
         if upload:
             created = c.upload_model(graph, target=target, **tuning)
         else:
-            created = c.create_model(read_model_graph(graph), target=target, **tuning)
+            graph_json, weights = read_model_graph(graph)
+            if params is not None:
+                weights = params.read_bytes()
+            created = c.create_model(graph_json, target=target, params=weights, **tuning)
         print_json(created)
         typer.echo(f"dashboard: {server.rstrip('/')}/dashboard/models/{created['model_id']}", err=True)
         if wait or out:

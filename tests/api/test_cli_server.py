@@ -96,9 +96,25 @@ def test_serve_submit_best_artifact_and_records_round_trip(tmp_path):
         assert res.returncode == 0, res.stderr
         lines = (tmp_path / "rec.jsonl").read_text().splitlines()
         assert len(lines) == 4
+        # a graph JSON with its weights (--params .npz; test_models runs such an artifact)
+        import numpy as np
+
+        from tests.workers.test_model_jobs import model_inputs, tir_only_graph
+        from workers.model_store import encode_params
+        (tmp_path / "g.json").write_text(json.dumps(tir_only_graph().to_json()))
+        _, w, b = model_inputs()
+        (tmp_path / "w.npz").write_bytes(encode_params({"w": w, "b": b}))
+        res = run("submit-model", "g.json", "--params", "nope.npz")
+        assert res.returncode == 2 and "nope.npz: no such .npz file" in res.stderr, res.stderr
+        (tmp_path / "bad.npz").write_bytes(encode_params({"w": b}))
+        res = run("submit-model", "g.json", "--params", "bad.npz", "--no-wait")
+        assert res.returncode == 1 and "params.w: expected float32[16, 16], got float32[8, 16]" in res.stderr
+        res = run("submit-model", "g.json", "--params", "w.npz", "--trials", "2", "--no-wait")
+        assert res.returncode == 0, res.stderr
+        res = run("cancel", json.loads(res.stdout[: res.stdout.rindex("}") + 1])["job_id"])
+        assert res.returncode == 0, res.stderr
         if importlib.util.find_spec("onnx") and importlib.util.find_spec("torch"):
             # an ONNX file is uploaded as it is; the service imports it (workers.onnx_import)
-            import numpy as np
             import onnx
 
             from tests.scheduler_core.frontend.test_onnx import small_cnn

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import io
 import json
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from fastapi.testclient import TestClient
 from api.client import ApiError, Client
 from api.main import create_app
 from api.settings import Settings
+from scheduler_core.runtime import load_model
 from tests.workers.test_model_jobs import model_graph, model_inputs, open_artifact, reference_outputs, run_artifact
 from workers.model_store import encode_params
 from workers.processes import start_worker_process
@@ -159,7 +161,9 @@ def test_submit_model_takes_an_onnx_file(client, tmp_path):
 
     path = tmp_path / "cnn.onnx"
     onnx.save(small_cnn(np.random.default_rng(0)), str(path))
-    r = client.post("/models", json={"graph": read_model_graph(path), "target": "llvm",
+    graph, weights = read_model_graph(path)   # the weights come along, as .npz bytes
+    assert weights is not None and {p["name"] for p in graph["params"]} == set(np.load(io.BytesIO(weights)).files)
+    r = client.post("/models", json={"graph": graph, "target": "llvm", "params": base64.b64encode(weights).decode(),
                                      "tuning": {"num_measure_trials": 4, **TUNING}})
     assert r.status_code == 201, r.text
     created = r.json()
@@ -248,15 +252,18 @@ def test_an_uploaded_onnx_model_is_tuned_and_its_artifact_runs(client, conn, tmp
         job = api.wait(created["job_id"], poll_s=0.3, timeout_s=300)
         assert job["state"] == "finished" and job["trials_done"] == 5, job
         assert all(t["trials"] >= 1 for t in api.model(created["model_id"])["tasks"])  # every task warmed up
-        so, _, gj = open_artifact(api.model_artifact(created["model_id"]), tmp_path)
+        data = api.model_artifact(created["model_id"])
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+    so, _, gj = open_artifact(data, tmp_path)
     local = frontend.from_onnx(path)  # the user's weights: the graph's bound params, in order
     x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
     (got,) = run_artifact(so, gj, x, *[np.asarray(local.bound[p.name]) for p in local.params])
     (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (tmp_path / "model.tar.gz").write_bytes(data)   # the upload's weights are inside: x is the only input
+    np.testing.assert_allclose(load_model(tmp_path / "model.tar.gz")(x), want, rtol=1e-4, atol=1e-4)
 
 
 def _params_b64(params: dict) -> str:

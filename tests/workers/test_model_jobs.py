@@ -83,6 +83,15 @@ def model_graph() -> Graph:
     return Graph((GraphVar("x", t),), (GraphVar("w", TensorType((K, K))), v("b")), calls, ("out",), funcs)
 
 
+def tir_only_graph() -> Graph:
+    """:func:`model_graph` without its library call: dense0, dense1, bias (a C executor exports)."""
+    g = model_graph()
+    h1, _, h3, out = (c.outputs for c in g.calls)
+    calls = (Call("tir", "dense0", ("x", "w"), h1), Call("tir", "dense1", ("h1", "w"), h3),
+             Call("tir", "bias", ("h3", "b"), out))
+    return Graph(g.inputs, g.params, calls, g.outputs, g.functions)
+
+
 def model_inputs() -> list:
     rng = np.random.default_rng(0)
     return [rng.standard_normal(s, dtype=np.float32) for s in ((N, K), (K, K), (N, K))]
