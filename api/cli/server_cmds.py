@@ -49,7 +49,6 @@ from workers.redis_conn import (
 )
 
 from ..client import STREAM_ERRORS, ApiError, Client
-from ..main import create_app
 from ..settings import Settings
 from .errors import SERVICE_EXIT, CliError, one_line, read_json
 from .options import DEFAULT_SERVER, Compare, DataDir, RedisUrl, Server, Token, parse_duration, tuning_flags
@@ -127,6 +126,8 @@ def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[in
     # uvicorn re-raises a SIGTERM after its graceful shutdown; as SystemExit it reaches
     # the finally below, which stops the workers and the embedded Redis.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    from ..main import create_app  # the app (FastAPI, every route and schema: ~1.3 s) loads only to serve
+
     try:
         supervisor.start()
         uvicorn.run(create_app(Settings(redis_url=connection_url(conn))), host=host, port=port)
