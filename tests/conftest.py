@@ -55,9 +55,13 @@ _run: dict = {"sockets": set(), "sampler": None}
 # The files whose tests take longest (tens of seconds each, mostly a whole service): collected
 # first, so that with ``--dist loadfile`` the workers start on them and the run does not end
 # with one of them running alone on one worker while the other idles.
-HEAVY_FIRST = ("tests/api/test_schemathesis.py", "tests/api/test_cli_server.py", "tests/api/test_durable_service.py",
-               "tests/workers/test_cli.py", "tests/api/test_cli_tune.py", "tests/api/test_dashboard_browser.py",
-               "tests/api/test_service.py")
+HEAVY_FIRST = (  # by their time on a quiet 2-core machine, longest first
+    "tests/api/test_durable_service.py", "tests/api/test_schemathesis.py", "tests/api/test_cli_server.py",
+    "tests/api/test_cli_tune.py", "tests/api/test_models.py", "tests/api/test_service.py",
+    "tests/scheduler_core/gpu/test_sampled_gpu_states.py", "tests/scheduler_core/search/test_search.py",
+    "tests/api/test_dashboard_browser.py", "tests/scheduler_core/gpu/test_cross_thread_reduction.py",
+    "tests/scheduler_core/autotvm/test_tuning.py", "tests/workers/test_model_jobs.py", "tests/workers/test_cli.py",
+    "tests/api/test_job_events.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

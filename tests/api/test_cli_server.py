@@ -106,9 +106,6 @@ def test_serve_submit_best_artifact_and_records_round_trip(tmp_path):
         (tmp_path / "w.npz").write_bytes(encode_params({"w": w, "b": b}))
         res = run("submit-model", "g.json", "--params", "nope.npz")
         assert res.returncode == 2 and "nope.npz: no such .npz file" in res.stderr, res.stderr
-        (tmp_path / "bad.npz").write_bytes(encode_params({"w": b}))
-        res = run("submit-model", "g.json", "--params", "bad.npz", "--no-wait")
-        assert res.returncode == 1 and "params.w: expected float32[16, 16], got float32[8, 16]" in res.stderr
         res = run("submit-model", "g.json", "--params", "w.npz", "--trials", "2", "--no-wait")
         assert res.returncode == 0, res.stderr
         res = run("cancel", json.loads(res.stdout[: res.stdout.rindex("}") + 1])["job_id"])

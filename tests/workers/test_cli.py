@@ -32,6 +32,7 @@ def test_tune_command_runs_the_queue_path_and_writes_the_best(tmp_path, measure)
     assert (out / "best.so").stat().st_size > 0 and "default_function" in (out / "best.h").read_text()
 
 
+@pytest.mark.slow  # the same WorkerSupervisor restart and requeue: test_durable_service.py drives it through serve
 def test_tune_restarts_a_killed_worker_and_its_job_finishes(tmp_path):
     """``autosched tune`` supervises its worker as ``serve`` does: the worker SIGKILLed mid-job is
     started again, its orphaned work-horse (RQ starts it in its own session) is killed, the job

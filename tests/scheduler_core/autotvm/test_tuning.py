@@ -60,12 +60,15 @@ def check_best_applied(log, w=W, h=H):
     return s
 
 
+# random and lgbm_program in the slow tier: the fast tier keeps one model-free tuner (ga) and one
+# model-based one (lgbm_knob); the tuners share the loop, the log and ApplyHistoryBest that this checks
 @pytest.mark.parametrize("make", [
-    lambda t: autotvm.tuner.RandomTuner(t, seed=0),
-    lambda t: autotvm.tuner.GATuner(t, pop_size=4, elite_num=1, seed=0),
-    lambda t: autotvm.tuner.LGBMTuner(t, plan_size=4, seed=0),
-    lambda t: autotvm.tuner.XGBTuner(t, plan_size=4, feature_type="program", seed=0),
-], ids=["random", "ga", "lgbm_knob", "lgbm_program"])
+    pytest.param(lambda t: autotvm.tuner.RandomTuner(t, seed=0), marks=pytest.mark.slow, id="random"),
+    pytest.param(lambda t: autotvm.tuner.GATuner(t, pop_size=4, elite_num=1, seed=0), id="ga"),
+    pytest.param(lambda t: autotvm.tuner.LGBMTuner(t, plan_size=4, seed=0), id="lgbm_knob"),
+    pytest.param(lambda t: autotvm.tuner.XGBTuner(t, plan_size=4, feature_type="program", seed=0),
+                 marks=pytest.mark.slow, id="lgbm_program"),
+])
 def test_every_tuner_tunes_seed003_logs_and_the_best_applies(tmp_path, yuv_task, option, make, caplog):
     log = tmp_path / "rgb2yuv.log"
     tuner = make(yuv_task)
