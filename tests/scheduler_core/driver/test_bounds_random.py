@@ -353,7 +353,7 @@ def check_mutants_refused(name: str, seed: int, n_steps: int) -> None:
                                  f"is accepted\nsteps: {_steps(state)}")
 
 
-FAST = settings(max_examples=8, deadline=None, derandomize=True, database=None, phases=NO_SHRINK,
+FAST = settings(max_examples=5, deadline=None, derandomize=True, database=None, phases=NO_SHRINK,
                 suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=100, deadline=None, database=None, phases=NO_SHRINK,
                 suppress_health_check=[HealthCheck.too_slow])
