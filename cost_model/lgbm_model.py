@@ -81,6 +81,12 @@ CV_MAX_STATES = 400        # above this many states the selection uses one held-
 PRETRAINED_FILE = Path(__file__).resolve().parent / "pretrained" / "llvm.json"  # CPU tasks
 
 
+def preload_lightgbm() -> None:
+    """Import LightGBM now (about 0.6 s): a process that forks one child per job (an RQ worker
+    and its work-horses) pays it once instead of in every child.  Importing starts no thread."""
+    import lightgbm  # noqa: F401
+
+
 def _is_cpu_task(task) -> bool:
     target = getattr(task, "target", None)
     return not bool(getattr(target, "is_gpu", False))

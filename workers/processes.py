@@ -47,6 +47,7 @@ from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
+from cost_model.lgbm_model import preload_lightgbm
 from scheduler_core.measure.popen_pool import ISOLATE_ENV, worker_environment
 
 from .job_state import JobState
@@ -78,6 +79,7 @@ class FileLoggingWorker(Worker):
     def __init__(self, *args, **kwargs):
         make_non_dumpable()  # its Redis URL and its jobs' state: not for the programs it measures
         configure_worker_logging(resolve_data_dir(), os.environ.get(LOG_LEVEL_ENV) or "INFO")
+        preload_lightgbm()  # each job's work-horse is a fork of this process: the import is paid once
         super().__init__(*args, **kwargs)
 
 
