@@ -57,7 +57,6 @@ from scheduler_core.runtime.export import header_text, link_shared, run_c_compil
 LIBRARY_NAME = "model.so"
 HEADER_NAME = "model.h"
 GRAPH_NAME = "graph.json"
-ARTIFACT_MEMBERS = (GRAPH_NAME, HEADER_NAME, LIBRARY_NAME)
 # the C symbols of the executor; build_graph names no program after them
 EXECUTOR_SYMBOLS = ("model_run", "model_run_with_workspace", "model_workspace_bytes", "autosched_model_weights")
 WEIGHT_ALIGN = 64
